@@ -1,1 +1,47 @@
-pub fn placeholder() {}
+//! memproxy: a Redis-protocol proxy that gives AI agents a memory.
+//!
+//! ```text
+//! client ──RESP──▶ server (accept, limits, shutdown)
+//!                    └─▶ conn: one reader/writer pair per client
+//!                          ├─ ordinary → upstream (this client's own socket), original bytes
+//!                          └─ MEM.*    → mem::Command::parse → apply(engine) → reply in its slot
+//! mem::apply ──▶ embed (handle → bounded queue → model threads, batching, cache)
+//!            └─▶ store (keys, schema, queries, escaping; scripts on one shared connection) ──▶ upstream
+//! ```
+//!
+//! Module map: [`config`] settings; [`error`] MEM.* errors by fault; [`server`] accept loop;
+//! [`conn`] a client session; [`upstream`] the client's upstream socket; [`resp`] wire format;
+//! [`engine`] shared state of MEM.*; [`mem`] the verbs; [`store`] everything that touches Redis
+//! data; [`embed`] the model.
+
+pub mod config;
+pub mod conn;
+pub mod embed;
+pub mod engine;
+pub mod error;
+pub mod mem;
+pub mod resp;
+pub mod server;
+pub mod store;
+pub mod upstream;
+
+use std::sync::Arc;
+
+pub use config::Config;
+pub use engine::Engine;
+pub use server::Server;
+
+/// Start everything and serve until `shutdown` resolves. `ready` gets the bound address.
+pub async fn run(
+    cfg: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> anyhow::Result<()> {
+    let cfg = Arc::new(cfg);
+    let engine = Arc::new(Engine::start(cfg).await?);
+    engine.store.warm_up().await;
+    let server = Server::bind(engine).await?;
+    ready(server.local_addr());
+    server.run(shutdown).await;
+    Ok(())
+}

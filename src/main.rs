@@ -1,1 +1,42 @@
-fn main(){}
+use anyhow::Context;
+use clap::Parser;
+use memproxy::config::{Config, Flags};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    let cfg = Config::load(&flags).context("configuration")?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cfg.log).context("log filter")?)
+        .with_target(false)
+        .init();
+    let upstream = redact(&cfg.upstream);
+    memproxy::run(cfg, shutdown_signal(), |addr| {
+        tracing::info!(%addr, %upstream, "memproxy ready; connect with: redis-cli -h {} -p {}", addr.ip(), addr.port());
+    })
+    .await
+}
+
+/// The upstream URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match url
+        .split_once("://")
+        .and_then(|(s, rest)| rest.rsplit_once('@').map(|(cred, host)| (s, cred, host)))
+    {
+        Some((scheme, cred, host)) => {
+            let user = cred.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("signal received");
+}

@@ -1,0 +1,346 @@
+//! Every setting with its default, and where settings come from.
+//!
+//! Precedence: defaults < TOML file (`--config`) < environment (`MEMPROXY_<NAME>`) < flags. The
+//! file uses the same names as the flags with `_` for `-`; unknown keys are an error. Everything is
+//! validated once at start, with a message naming the setting.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+/// Command-line flags. Every one is optional so that "not given" can fall through to the
+/// environment (clap reads `MEMPROXY_…`), then the file, then the default.
+#[derive(Debug, Default, Parser, Serialize)]
+#[command(
+    name = "memproxy",
+    version,
+    about = "Redis-protocol proxy that gives AI agents a memory"
+)]
+pub struct Flags {
+    /// TOML config file (keys as the flags, `_` for `-`).
+    #[arg(long, env = "MEMPROXY_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:6380].
+    #[arg(long, env = "MEMPROXY_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Upstream Redis URL; user, password and db go in the URL [default: redis://127.0.0.1:6379].
+    #[arg(long, env = "MEMPROXY_UPSTREAM")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Model: a directory with model.onnx and tokenizer.json, or a Hugging Face model id.
+    #[arg(long, env = "MEMPROXY_MODEL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the deps dir).
+    #[arg(long, env = "MEMPROXY_ORT_LIBRARY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ort_library: Option<PathBuf>,
+    /// Where scripts/setup.sh put the dependencies [default: $MEMPROXY_DEPS or ~/.cache/memproxy].
+    #[arg(long, env = "MEMPROXY_DEPS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deps_dir: Option<PathBuf>,
+    /// Maximum concurrent client connections [default: 10000].
+    #[arg(long, env = "MEMPROXY_MAX_CLIENTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_clients: Option<usize>,
+    /// Long-term memory index name [default: agentmem:idx].
+    #[arg(long, env = "MEMPROXY_MEM_INDEX_NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_index_name: Option<String>,
+    /// Key prefix of memory documents [default: agent:mem:].
+    #[arg(long, env = "MEMPROXY_MEM_KEY_PREFIX")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_key_prefix: Option<String>,
+    /// Key prefix of session hashes [default: agent:session:].
+    #[arg(long, env = "MEMPROXY_SESSION_KEY_PREFIX")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_key_prefix: Option<String>,
+    /// Key prefix of event streams [default: agent:events:].
+    #[arg(long, env = "MEMPROXY_EVENT_KEY_PREFIX")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_key_prefix: Option<String>,
+    /// Session TTL in seconds, refreshed by every write [default: 3600].
+    #[arg(long, env = "MEMPROXY_SESSION_TTL_SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_ttl_seconds: Option<u64>,
+    /// Cosine distance under which MEM.REMEMBER dedups [default: 0.20].
+    #[arg(long, env = "MEMPROXY_DEDUP_THRESHOLD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedup_threshold: Option<f64>,
+    /// Cosine distance beyond which MEM.RECALL drops vector hits [default: 0.55].
+    #[arg(long, env = "MEMPROXY_RECALL_THRESHOLD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall_threshold: Option<f64>,
+    /// Log filter, as RUST_LOG [default: info].
+    #[arg(long, env = "MEMPROXY_LOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+}
+
+/// The resolved settings. Field names are the file's keys.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub listen: String,
+    pub upstream: String,
+    pub model: Option<String>,
+    pub ort_library: Option<PathBuf>,
+    pub deps_dir: Option<PathBuf>,
+    pub max_clients: usize,
+    pub log: String,
+    /// How long in-flight replies may take to finish after SIGINT/SIGTERM.
+    pub shutdown_grace_ms: u64,
+
+    pub mem_index_name: String,
+    pub mem_key_prefix: String,
+    pub session_key_prefix: String,
+    pub event_key_prefix: String,
+    pub session_ttl_seconds: u64,
+    pub dedup_threshold: f64,
+    pub recall_threshold: f64,
+    pub episodic_ttl_seconds: u64,
+    pub max_turns: usize,
+    pub events_max_len: usize,
+    pub default_k: usize,
+    /// Budget of one MEM.* upstream operation (pipeline or transaction).
+    pub op_timeout_ms: u64,
+    /// Longest text MEM.* accepts, in bytes.
+    pub max_text_bytes: usize,
+    /// A connection authenticated as ACL user U may only use `USER U`.
+    pub bind_scope_to_acl_user: bool,
+
+    /// Largest batch one model run takes.
+    pub embed_max_batch: usize,
+    /// Extra time a worker waits to fill a batch (0: take what is queued and go).
+    pub embed_max_wait_us: u64,
+    /// Embedding requests that may wait; beyond it MEM.* answer "embedder overloaded".
+    pub embed_queue: usize,
+    /// Model threads (each owns a session).
+    pub embed_workers: usize,
+    /// ONNX Runtime intra-op threads per session (0: all cores).
+    pub embed_threads: usize,
+    /// ONNX Runtime graph optimisation level 0–3 (1: basic; the higher fusions mis-handle these graphs).
+    pub embed_graph_optimization: u8,
+    /// Embedding cache bounds.
+    pub embed_cache_entries: usize,
+    pub embed_cache_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:6380".into(),
+            upstream: "redis://127.0.0.1:6379".into(),
+            model: None,
+            ort_library: None,
+            deps_dir: None,
+            max_clients: 10_000,
+            log: "info".into(),
+            shutdown_grace_ms: 5_000,
+            mem_index_name: "agentmem:idx".into(),
+            mem_key_prefix: "agent:mem:".into(),
+            session_key_prefix: "agent:session:".into(),
+            event_key_prefix: "agent:events:".into(),
+            session_ttl_seconds: 3600,
+            dedup_threshold: 0.20,
+            recall_threshold: 0.55,
+            episodic_ttl_seconds: 7 * 24 * 3600,
+            max_turns: 20,
+            events_max_len: 1000,
+            default_k: 5,
+            op_timeout_ms: 2_000,
+            max_text_bytes: 64 * 1024,
+            bind_scope_to_acl_user: false,
+            embed_max_batch: 32,
+            embed_max_wait_us: 0,
+            embed_queue: 1024,
+            embed_workers: 1,
+            embed_threads: 0,
+            embed_graph_optimization: 1,
+            embed_cache_entries: 10_000,
+            embed_cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("config file {0}: {1}")]
+    Parse(PathBuf, String),
+    #[error("invalid setting {0}: {1}")]
+    Invalid(&'static str, String),
+}
+
+impl Config {
+    /// Merge defaults < file < environment and flags (clap already put flags over environment).
+    pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
+        let mut merged = serde_json::to_value(Config::default()).expect("defaults serialise");
+        if let Some(path) = &flags.config {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e))?;
+            let file: toml::Table = toml::from_str(&text)
+                .map_err(|e| ConfigError::Parse(path.clone(), e.to_string()))?;
+            let file = serde_json::to_value(file)
+                .map_err(|e| ConfigError::Parse(path.clone(), e.to_string()))?;
+            overlay(&mut merged, file);
+        }
+        overlay(
+            &mut merged,
+            serde_json::to_value(flags).expect("flags serialise"),
+        );
+        let cfg: Config = serde_json::from_value(merged).map_err(|e| {
+            ConfigError::Parse(
+                flags.config.clone().unwrap_or_else(|| "<flags>".into()),
+                e.to_string(),
+            )
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |k: &'static str, m: String| Err(ConfigError::Invalid(k, m));
+        if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
+            return bad("listen", format!("{:?} is not host:port", self.listen));
+        }
+        if let Err(e) = redis::Client::open(self.upstream.as_str()) {
+            return bad("upstream", format!("{:?}: {e}", self.upstream));
+        }
+        for (k, v) in [
+            ("dedup_threshold", self.dedup_threshold),
+            ("recall_threshold", self.recall_threshold),
+        ] {
+            if !(0.0..=2.0).contains(&v) {
+                return bad(k, format!("{v} is not a cosine distance in [0, 2]"));
+            }
+        }
+        for (k, v) in [
+            ("mem_index_name", &self.mem_index_name),
+            ("mem_key_prefix", &self.mem_key_prefix),
+            ("session_key_prefix", &self.session_key_prefix),
+            ("event_key_prefix", &self.event_key_prefix),
+        ] {
+            if v.is_empty() || v.chars().any(|c| c.is_whitespace() || c == '"') {
+                return bad(
+                    k,
+                    format!("{v:?} must be non-empty without blanks or quotes"),
+                );
+            }
+        }
+        for (k, v) in [
+            ("max_clients", self.max_clients),
+            ("max_turns", self.max_turns),
+            ("events_max_len", self.events_max_len),
+            ("embed_max_batch", self.embed_max_batch),
+            ("embed_queue", self.embed_queue),
+            ("embed_workers", self.embed_workers),
+            ("max_text_bytes", self.max_text_bytes),
+            ("op_timeout_ms", self.op_timeout_ms as usize),
+            ("session_ttl_seconds", self.session_ttl_seconds as usize),
+        ] {
+            if v == 0 {
+                return bad(k, "must be at least 1".into());
+            }
+        }
+        if !(1..=1000).contains(&self.default_k) {
+            return bad(
+                "default_k",
+                format!("{} is not in 1..=1000", self.default_k),
+            );
+        }
+        if self.embed_graph_optimization > 3 {
+            return bad("embed_graph_optimization", "must be 0, 1, 2 or 3".into());
+        }
+        Ok(())
+    }
+
+    /// The dependency directory: configured, `$MEMPROXY_DEPS`, or `~/.cache/memproxy`.
+    pub fn deps_dir(&self) -> PathBuf {
+        self.deps_dir
+            .clone()
+            .or_else(|| std::env::var_os("MEMPROXY_DEPS").map(PathBuf::from))
+            .unwrap_or_else(|| {
+                let home = std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("."));
+                home.join(".cache/memproxy")
+            })
+    }
+
+    /// The model to load: configured, or the default model of the deps dir.
+    pub fn model_location(&self) -> String {
+        self.model.clone().unwrap_or_else(|| {
+            self.deps_dir()
+                .join("model/all-MiniLM-L6-v2")
+                .display()
+                .to_string()
+        })
+    }
+
+    /// libonnxruntime: configured, `ORT_DYLIB_PATH`, or the deps dir.
+    pub fn ort_library(&self) -> PathBuf {
+        self.ort_library
+            .clone()
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .unwrap_or_else(|| self.deps_dir().join("lib/libonnxruntime.so"))
+    }
+}
+
+/// Values present in `top` replace those in `base`.
+fn overlay(base: &mut serde_json::Value, top: serde_json::Value) {
+    if let (Some(b), serde_json::Value::Object(t)) = (base.as_object_mut(), top) {
+        for (k, v) in t {
+            if !v.is_null() {
+                b.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Does `path` look like a model directory (as opposed to a hub id)?
+pub fn is_model_dir(path: &str) -> bool {
+    Path::new(path).is_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_and_validation() {
+        let dir = std::env::temp_dir().join(format!("memproxy-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:7000\"\ndedup_threshold = 0.3\nmax_turns = 5\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(file.clone()),
+            listen: Some("127.0.0.1:7001".into()),
+            ..Default::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:7001");
+        assert_eq!(c.dedup_threshold, 0.3);
+        assert_eq!(c.max_turns, 5);
+        assert_eq!(c.recall_threshold, 0.55);
+
+        std::fs::write(&file, "no_such_key = 1\n").unwrap();
+        assert!(Config::load(&flags)
+            .unwrap_err()
+            .to_string()
+            .contains("no_such_key"));
+        std::fs::write(&file, "recall_threshold = 3.0\n").unwrap();
+        assert!(Config::load(&flags)
+            .unwrap_err()
+            .to_string()
+            .contains("recall_threshold"));
+    }
+}

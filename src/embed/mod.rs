@@ -1,0 +1,161 @@
+//! Server-side text embedding.
+//!
+//! - [`Model`]: the narrow synchronous trait a backend implements (texts in, unit vectors out).
+//! - [`onnx`]: the ONNX Runtime backend (all-MiniLM-L6-v2 by default), with [`tokenize`].
+//! - [`locate`]: where the model comes from: a directory, or a Hugging Face id.
+//! - [`worker`]: threads that own the models and batch what is queued.
+//! - [`cache`]: a bounded LRU of embeddings keyed by exact text.
+//!
+//! [`Embedder`] is the cloneable handle the rest of memproxy uses: it answers from the cache or
+//! queues the text for a worker, and fails at once with "embedder overloaded" when the bounded
+//! queue is full, so a burst can never grow memory without bound.
+
+pub mod cache;
+pub mod locate;
+pub mod onnx;
+pub mod tokenize;
+pub mod worker;
+
+use std::sync::Arc;
+
+use crate::config::Config;
+
+/// A vector produced by the model, shared between the cache and its readers.
+pub type Vector = Arc<[f32]>;
+
+/// A synchronous embedding model. Implementations are owned by one worker thread.
+pub trait Model: Send {
+    /// Output dimension.
+    fn dim(&self) -> usize;
+    /// Unit-length vectors for `texts`, in order.
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmbedError {
+    #[error("embedder overloaded: {0} requests queued, try again")]
+    Overloaded(usize),
+    #[error("embedder stopped")]
+    Stopped,
+    #[error("cannot load the model: {0}")]
+    Load(String),
+    #[error("embedding failed: {0}")]
+    Run(String),
+}
+
+/// Cloneable handle to the embedding workers.
+#[derive(Clone)]
+pub struct Embedder {
+    queue: crossbeam_channel::Sender<worker::Job>,
+    capacity: usize,
+    cache: Arc<cache::Cache>,
+    info: Arc<ModelInfo>,
+}
+
+/// What is known about the loaded model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub name: String,
+    pub path: String,
+    pub dim: usize,
+}
+
+impl Embedder {
+    /// Load the configured model in `embed_workers` threads and start serving.
+    pub fn start(cfg: &Config) -> Result<Embedder, EmbedError> {
+        let dir = locate::model_dir(&cfg.model_location(), &cfg.deps_dir())?;
+        let lib = cfg.ort_library();
+        let threads = if cfg.embed_threads == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            cfg.embed_threads
+        };
+        let opts = onnx::Options {
+            library: lib,
+            intra_threads: threads,
+            optimization: cfg.embed_graph_optimization,
+        };
+        let mut models: Vec<Box<dyn Model>> = Vec::new();
+        for _ in 0..cfg.embed_workers {
+            models.push(Box::new(onnx::OnnxModel::load(&dir, &opts)?));
+        }
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let info = ModelInfo {
+            name,
+            path: dir.display().to_string(),
+            dim: models[0].dim(),
+        };
+        Ok(Embedder::with_models(models, info, cfg))
+    }
+
+    /// Serve with the given models (one worker thread each).
+    pub fn with_models(models: Vec<Box<dyn Model>>, info: ModelInfo, cfg: &Config) -> Embedder {
+        let cache = Arc::new(cache::Cache::new(
+            cfg.embed_cache_entries,
+            cfg.embed_cache_bytes,
+        ));
+        let (tx, rx) = crossbeam_channel::bounded(cfg.embed_queue);
+        let batching = worker::Batching {
+            max_batch: cfg.embed_max_batch,
+            max_wait: std::time::Duration::from_micros(cfg.embed_max_wait_us),
+        };
+        for (i, model) in models.into_iter().enumerate() {
+            worker::spawn(i, model, rx.clone(), batching.clone(), cache.clone());
+        }
+        Embedder {
+            queue: tx,
+            capacity: cfg.embed_queue,
+            cache,
+            info: Arc::new(info),
+        }
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn cache(&self) -> &cache::Cache {
+        &self.cache
+    }
+
+    /// The embedding of `text`: from the cache, or from a worker.
+    pub async fn embed(&self, text: &str) -> Result<Vector, EmbedError> {
+        if let Some(v) = self.cache.get(text) {
+            return Ok(v);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = worker::Job {
+            text: text.to_owned(),
+            reply: tx,
+        };
+        self.queue.try_send(job).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(_) => EmbedError::Overloaded(self.capacity),
+            crossbeam_channel::TrySendError::Disconnected(_) => EmbedError::Stopped,
+        })?;
+        rx.await.map_err(|_| EmbedError::Stopped)?
+    }
+}
+
+/// L2-normalise in place (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 1e-12 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Cosine distance (1 - cosine similarity) of two vectors, as RediSearch's COSINE metric.
+pub fn cosine_distance(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        dot += (*x as f64) * (*y as f64);
+        na += (*x as f64) * (*x as f64);
+        nb += (*y as f64) * (*y as f64);
+    }
+    1.0 - dot / (na.sqrt() * nb.sqrt()).max(1e-12)
+}

@@ -1,0 +1,106 @@
+//! The shared state that MEM.* commands run against: settings, the embedder, the store, and what
+//! the proxy knows of the upstream. One per process, shared by every connection.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::embed::Embedder;
+use crate::error::MemError;
+use crate::mem;
+use crate::resp::{Protocol, Reply};
+use crate::store::Store;
+use crate::upstream::UpstreamAddr;
+
+/// What a MEM.* command may know of the connection that sent it, as established by the replies
+/// to the requests before it.
+#[derive(Debug, Clone, Default)]
+pub struct ClientState {
+    pub protocol: Protocol,
+    /// AUTH or HELLO … AUTH succeeded on this connection.
+    pub authenticated: bool,
+    /// The ACL user it authenticated as.
+    pub user: Option<String>,
+}
+
+pub struct Engine {
+    cfg: Arc<Config>,
+    upstream: UpstreamAddr,
+    pub embedder: Embedder,
+    pub store: Store,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("upstream: {0}")]
+    Upstream(String),
+    #[error(transparent)]
+    Embedder(#[from] crate::embed::EmbedError),
+}
+
+impl Engine {
+    /// Load the model and prepare the store. The upstream need not be up yet: the store connects
+    /// (and checks the index) on first use and again after every loss of the connection.
+    pub async fn start(cfg: Arc<Config>) -> Result<Engine, StartError> {
+        let upstream = UpstreamAddr::from_url(&cfg.upstream).map_err(StartError::Upstream)?;
+        let c = cfg.clone();
+        let embedder = tokio::task::spawn_blocking(move || Embedder::start(&c))
+            .await
+            .map_err(|e| StartError::Upstream(e.to_string()))??;
+        let store = Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
+        Ok(Engine {
+            cfg,
+            upstream,
+            embedder,
+            store,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn upstream_addr(&self) -> &UpstreamAddr {
+        &self.upstream
+    }
+
+    /// Run one MEM.* request; every outcome is a reply (errors included).
+    pub async fn execute(&self, args: Vec<Vec<u8>>, client: &ClientState) -> Reply {
+        match self.try_execute(args, client).await {
+            Ok(r) => r,
+            Err(e) => {
+                match e.fault() {
+                    crate::error::Fault::Internal => {
+                        tracing::error!(error = %e, "MEM command failed")
+                    }
+                    crate::error::Fault::Upstream | crate::error::Fault::Embedder => {
+                        tracing::debug!(error = %e, "MEM command failed")
+                    }
+                    crate::error::Fault::Client => {}
+                }
+                Reply::Error(e.line())
+            }
+        }
+    }
+
+    async fn try_execute(
+        &self,
+        args: Vec<Vec<u8>>,
+        client: &ClientState,
+    ) -> Result<Reply, MemError> {
+        if !client.authenticated && self.store.upstream_requires_auth().await {
+            return Err(MemError::Denied("NOAUTH Authentication required.".into()));
+        }
+        let cmd = mem::Command::parse(args, &self.cfg)?;
+        if self.cfg.bind_scope_to_acl_user {
+            if let Some(scope_user) = cmd.scope_user() {
+                let acl_user = client.user.as_deref().unwrap_or("default");
+                if scope_user != acl_user {
+                    return Err(MemError::Denied(format!(
+                        "NOPERM this connection is authenticated as '{acl_user}' and may only use USER {acl_user}"
+                    )));
+                }
+            }
+        }
+        cmd.apply(self, client).await
+    }
+}

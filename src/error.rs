@@ -1,0 +1,104 @@
+//! Errors of MEM.* commands, tagged by who was at fault.
+//!
+//! Every variant renders as one RESP error line: `ERR …`, or a Redis prefix the client knows
+//! (`NOAUTH`, `NOPERM`, `WRONGTYPE`, …) passed through from the upstream.
+
+use std::fmt;
+
+/// Who caused a failure; used for logging levels and for the soak's error census.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Client,
+    Upstream,
+    Embedder,
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MemError {
+    /// The request is wrong: arity, option, number, kind, empty text …
+    #[error("ERR {0}")]
+    Client(String),
+    /// The client lacks the rights (NOAUTH / NOPERM): the whole line, prefix included.
+    #[error("{0}")]
+    Denied(String),
+    /// The upstream answered with an error or could not be reached in time.
+    #[error("{0}")]
+    Upstream(UpstreamError),
+    /// The embedder could not serve the request.
+    #[error("ERR {0}")]
+    Embedder(String),
+    /// A bug or an unexpected state inside memproxy.
+    #[error("ERR internal error: {0}")]
+    Internal(String),
+}
+
+/// An upstream failure, keeping Redis's own error code when there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamError {
+    /// Redis's code (`WRONGTYPE`, `OOM`, …) when Redis answered an error.
+    pub code: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.code {
+            Some(code) => write!(f, "{code} {}", self.message),
+            None => write!(f, "ERR upstream {}", self.message),
+        }
+    }
+}
+
+impl MemError {
+    pub fn client(msg: impl Into<String>) -> Self {
+        MemError::Client(msg.into())
+    }
+
+    pub fn upstream(msg: impl Into<String>) -> Self {
+        MemError::Upstream(UpstreamError {
+            code: None,
+            message: msg.into(),
+        })
+    }
+
+    pub fn fault(&self) -> Fault {
+        match self {
+            MemError::Client(_) | MemError::Denied(_) => Fault::Client,
+            MemError::Upstream(_) => Fault::Upstream,
+            MemError::Embedder(_) => Fault::Embedder,
+            MemError::Internal(_) => Fault::Internal,
+        }
+    }
+
+    /// The RESP error line (without '-').
+    pub fn line(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl From<redis::RedisError> for MemError {
+    fn from(e: redis::RedisError) -> Self {
+        if e.is_timeout() {
+            return MemError::upstream("timeout");
+        }
+        if let Some(code) = e.code() {
+            let message = e.detail().unwrap_or_default().to_string();
+            // Redis's codes are upper-case words (WRONGTYPE, NOAUTH, OOM …); modules sometimes
+            // answer plain sentences ("Unknown index name"), which the crate splits at the blank.
+            if code.chars().all(|c| c.is_ascii_uppercase()) {
+                return MemError::Upstream(UpstreamError {
+                    code: Some(code.to_string()),
+                    message,
+                });
+            }
+            return MemError::upstream(format!("error: {code} {message}"));
+        }
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            return MemError::upstream(format!("unavailable: {e}"));
+        }
+        MemError::upstream(format!("error: {e}"))
+    }
+}
+
+pub type MemResult<T> = Result<T, MemError>;

@@ -1,0 +1,41 @@
+//! MEM.EVENTS: a thread's event log, newest first.
+
+use super::args::{Args, Opt};
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::resp::Reply;
+
+/// # Format
+/// `MEM.EVENTS thread [COUNT n]` → array of maps `id, action, detail, ts` (default COUNT 20).
+pub struct Events {
+    pub thread: String,
+    pub count: usize,
+}
+
+impl Events {
+    pub fn parse(a: &mut Args) -> MemResult<Events> {
+        let thread = a.name("thread")?;
+        let o = a.options(&[Opt("COUNT", 1)])?;
+        Ok(Events {
+            thread,
+            count: o.int(a, "COUNT", 1..=10_000)?.unwrap_or(20) as usize,
+        })
+    }
+
+    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+        let events = engine.store.events(&self.thread, self.count).await?;
+        Ok(Reply::Array(
+            events
+                .iter()
+                .map(|e| {
+                    Reply::Map(vec![
+                        ("id", Reply::text(&e.id)),
+                        ("action", Reply::text(&e.action)),
+                        ("detail", Reply::text(&e.detail)),
+                        ("ts", Reply::opt_double(e.ts)),
+                    ])
+                })
+                .collect(),
+        ))
+    }
+}

@@ -1,0 +1,40 @@
+//! MEM.INFO: what memproxy is configured with and what the index holds.
+//!
+//! # Format
+//! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
+//! recall_threshold, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
+//! embed_cache_hits, embed_cache_misses, version, upstream`.
+
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::resp::Reply;
+
+pub async fn apply(engine: &Engine) -> MemResult<Reply> {
+    let cfg = engine.config();
+    let (docs, failures) = engine.store.index_stats().await?;
+    let (hits, misses, _, _) = engine.embedder.cache().stats();
+    let up = engine.upstream_addr();
+    Ok(Reply::Map(vec![
+        ("index", Reply::text(&cfg.mem_index_name)),
+        ("num_docs", Reply::Int(docs)),
+        ("indexing_failures", Reply::Int(failures)),
+        ("model", Reply::text(&engine.embedder.info().name)),
+        ("dim", Reply::Int(engine.embedder.info().dim as i64)),
+        ("dedup_threshold", Reply::Double(cfg.dedup_threshold)),
+        ("recall_threshold", Reply::Double(cfg.recall_threshold)),
+        (
+            "ttl_by_kind",
+            Reply::Map(vec![
+                ("episodic", Reply::Int(cfg.episodic_ttl_seconds as i64)),
+                ("semantic", Reply::Int(-1)),
+            ]),
+        ),
+        ("mem_key_prefix", Reply::text(&cfg.mem_key_prefix)),
+        ("session_key_prefix", Reply::text(&cfg.session_key_prefix)),
+        ("event_key_prefix", Reply::text(&cfg.event_key_prefix)),
+        ("embed_cache_hits", Reply::Int(hits as i64)),
+        ("embed_cache_misses", Reply::Int(misses as i64)),
+        ("version", Reply::text(env!("CARGO_PKG_VERSION"))),
+        ("upstream", Reply::text(format!("{}:{}", up.host, up.port))),
+    ]))
+}

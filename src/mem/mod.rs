@@ -1,0 +1,103 @@
+//! The MEM.* verbs, one file each: a typed command with a `# Format` doc, `parse`, `apply`.
+//!
+//! [`Command::parse`] turns the request's arguments into a typed command or a client error; an
+//! unknown verb is a value ([`Command::Unknown`]) answered with Redis's own wording.
+//! [`Command::apply`] runs it against the [`Engine`] and builds the reply.
+
+pub mod args;
+pub mod embed;
+pub mod events;
+pub mod forget;
+pub mod hit;
+pub mod info;
+pub mod list;
+pub mod recall;
+pub mod remember;
+pub mod session;
+pub mod turn;
+
+use crate::config::Config;
+use crate::engine::{ClientState, Engine};
+use crate::error::MemResult;
+use crate::resp::Reply;
+use args::Args;
+
+pub enum Command {
+    Ping,
+    Embed(embed::Embed),
+    Remember(remember::Remember),
+    Recall(recall::RecallCmd),
+    Forget(forget::Forget),
+    List(list::List),
+    Info,
+    Turn(turn::TurnCmd),
+    Session(session::SessionCmd),
+    Events(events::Events),
+    Unknown(String, Vec<Vec<u8>>),
+}
+
+impl Command {
+    /// `args[0]` is the verb (`MEM.…`, any case).
+    pub fn parse(mut args: Vec<Vec<u8>>, cfg: &Config) -> MemResult<Command> {
+        let verb = args.remove(0);
+        let mut a = Args::new(&verb, args, cfg);
+        let cmd = match a.verb.as_str() {
+            "mem.ping" => {
+                a.at_end()?;
+                Command::Ping
+            }
+            "mem.embed" => Command::Embed(embed::Embed::parse(&mut a)?),
+            "mem.remember" => Command::Remember(remember::Remember::parse(&mut a)?),
+            "mem.recall" => Command::Recall(recall::RecallCmd::parse(&mut a, cfg)?),
+            "mem.forget" => Command::Forget(forget::Forget::parse(&mut a)?),
+            "mem.list" => Command::List(list::List::parse(&mut a)?),
+            "mem.info" => {
+                a.at_end()?;
+                Command::Info
+            }
+            "mem.turn" => Command::Turn(turn::TurnCmd::parse(&mut a, cfg)?),
+            "mem.session" => Command::Session(session::SessionCmd::parse(&mut a)?),
+            "mem.events" => Command::Events(events::Events::parse(&mut a)?),
+            _ => Command::Unknown(String::from_utf8_lossy(&verb).into_owned(), a.rest()),
+        };
+        Ok(cmd)
+    }
+
+    /// The USER a command acts for, when it has a user scope.
+    pub fn scope_user(&self) -> Option<&str> {
+        match self {
+            Command::Remember(c) => Some(&c.scope.user),
+            Command::Recall(c) => Some(&c.scope.user),
+            Command::Turn(c) => Some(&c.scope.user),
+            Command::List(c) => Some(&c.scope.user),
+            Command::Forget(forget::Forget::Scope(s)) => Some(&s.user),
+            Command::Session(c) => c.user(),
+            _ => None,
+        }
+    }
+
+    pub async fn apply(self, engine: &Engine, client: &ClientState) -> MemResult<Reply> {
+        match self {
+            Command::Ping => Ok(Reply::Status("PONG")),
+            Command::Embed(c) => c.apply(engine).await,
+            Command::Remember(c) => c.apply(engine).await,
+            Command::Recall(c) => c.apply(engine).await,
+            Command::Forget(c) => c.apply(engine, client).await,
+            Command::List(c) => c.apply(engine).await,
+            Command::Info => info::apply(engine).await,
+            Command::Turn(c) => c.apply(engine).await,
+            Command::Session(c) => c.apply(engine).await,
+            Command::Events(c) => c.apply(engine).await,
+            Command::Unknown(name, rest) => {
+                // Redis's wording: each argument quoted and followed by a space, cut at 128 bytes.
+                let shown: String = rest
+                    .iter()
+                    .map(|a| format!("'{}' ", String::from_utf8_lossy(&a[..a.len().min(128)])))
+                    .collect();
+                Ok(Reply::Error(format!(
+                    "ERR unknown command '{name}', with args beginning with: {shown}"
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! MEM.RECALL: memories of a scope, by meaning, by keyword, or both fused.
+
+use super::args::{Args, Opt};
+use super::embed::embed;
+use super::hit;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::resp::Reply;
+use crate::store::memory::{Recall, Retrieval};
+use crate::store::Scope;
+
+/// Largest K.
+pub const MAX_K: i64 = 1000;
+
+/// # Format
+/// `MEM.RECALL query [USER u] [NS ns] [KIND k] [THREAD t] [K n] [THRESHOLD distance]
+/// [MODE vector|keyword|hybrid] [WEIGHTS kw vec]` → array of hits, best first.
+pub struct RecallCmd {
+    pub query: String,
+    pub scope: Scope,
+    pub opts: RecallOpts,
+}
+
+/// K, THRESHOLD, MODE and WEIGHTS, shared with MEM.TURN.
+pub struct RecallOpts {
+    pub k: usize,
+    pub threshold: f64,
+    pub mode: Retrieval,
+    pub weights: (f64, f64),
+}
+
+pub const RECALL_OPTS: [Opt; 4] = [
+    Opt("K", 1),
+    Opt("THRESHOLD", 1),
+    Opt("MODE", 1),
+    Opt("WEIGHTS", 2),
+];
+
+impl RecallOpts {
+    pub fn from(o: &super::args::Options, a: &Args, cfg: &Config) -> MemResult<RecallOpts> {
+        let mode = match o.str("MODE") {
+            None => Retrieval::Vector,
+            Some(m) => Retrieval::parse(m)
+                .ok_or_else(|| a.err(format!("unknown MODE '{m}' (vector, keyword or hybrid)")))?,
+        };
+        let weights = match o.values("WEIGHTS") {
+            None => (1.0, 1.0),
+            Some(w) => (
+                super::args::parse_float(a, "WEIGHTS", &w[0], &(0.0..=1000.0))?,
+                super::args::parse_float(a, "WEIGHTS", &w[1], &(0.0..=1000.0))?,
+            ),
+        };
+        Ok(RecallOpts {
+            k: o.int(a, "K", 1..=MAX_K)?
+                .map(|k| k as usize)
+                .unwrap_or(cfg.default_k),
+            threshold: o
+                .float(a, "THRESHOLD", 0.0..=2.0)?
+                .unwrap_or(cfg.recall_threshold),
+            mode,
+            weights,
+        })
+    }
+}
+
+impl RecallCmd {
+    pub fn parse(a: &mut Args, cfg: &Config) -> MemResult<RecallCmd> {
+        let query = a.text("query")?;
+        let mut allowed = vec![
+            Opt("USER", 1),
+            Opt("NS", 1),
+            Opt("KIND", 1),
+            Opt("THREAD", 1),
+        ];
+        allowed.extend(RECALL_OPTS);
+        let o = a.options(&allowed)?;
+        Ok(RecallCmd {
+            scope: o.scope(a)?,
+            opts: RecallOpts::from(&o, a, cfg)?,
+            query,
+        })
+    }
+
+    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+        // Keyword recall needs no embedding.
+        let vector = match self.opts.mode {
+            Retrieval::Keyword => None,
+            _ => Some(embed(engine, &self.query).await?),
+        };
+        let r = Recall {
+            scope: &self.scope,
+            text: &self.query,
+            vector: vector.as_deref().unwrap_or(&[]),
+            k: self.opts.k,
+            threshold: self.opts.threshold,
+            mode: self.opts.mode,
+            weights: self.opts.weights,
+        };
+        let hits = engine.store.recall(&r).await?;
+        Ok(Reply::Array(hits.iter().map(hit::recalled).collect()))
+    }
+}

@@ -1,0 +1,167 @@
+//! MEM.SESSION: working memory of one thread (a hash with a TTL refreshed by every write).
+
+use super::args::{Args, Opt};
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::resp::Reply;
+
+/// # Format
+/// `MEM.SESSION START thread [USER u] [AGENT a] [GOAL g] [TTL s]` → map `thread, created, event`;
+/// `MEM.SESSION NEW [USER u] [AGENT a] [GOAL g]` → the same, for a fresh thread id;
+/// `MEM.SESSION GET thread` → the session's fields, `recent_turns` (array of maps) and `ttl`, or nil;
+/// `MEM.SESSION SCRATCHPAD thread text` / `GOAL thread text` → OK (error when there is no session);
+/// `MEM.SESSION END thread` → 1 if the session existed (its event stream goes too), else 0.
+pub enum SessionCmd {
+    Start {
+        thread: String,
+        user: String,
+        agent: String,
+        goal: String,
+    },
+    Get(String),
+    Set {
+        thread: String,
+        field: &'static str,
+        value: String,
+    },
+    End(String),
+}
+
+impl SessionCmd {
+    pub fn parse(a: &mut Args) -> MemResult<SessionCmd> {
+        let sub = a.peek_keyword().ok_or_else(|| a.arity())?;
+        a.rest_skip(1);
+        let start_opts = [Opt("USER", 1), Opt("AGENT", 1), Opt("GOAL", 1)];
+        Ok(match sub.as_str() {
+            "START" | "NEW" => {
+                let thread = if sub == "START" {
+                    a.name("thread")?
+                } else {
+                    format!("{:016x}", rand::random::<u64>())
+                };
+                let o = a.options(&start_opts)?;
+                SessionCmd::Start {
+                    thread,
+                    user: o.str("USER").unwrap_or("default").into(),
+                    agent: o.str("AGENT").unwrap_or("default").into(),
+                    goal: o.str("GOAL").unwrap_or("").into(),
+                }
+            }
+            "GET" | "END" => {
+                let thread = a.name("thread")?;
+                a.at_end()?;
+                if sub == "GET" {
+                    SessionCmd::Get(thread)
+                } else {
+                    SessionCmd::End(thread)
+                }
+            }
+            "SCRATCHPAD" | "GOAL" => {
+                let thread = a.name("thread")?;
+                let value = a.text(&sub.to_lowercase())?;
+                a.at_end()?;
+                SessionCmd::Set {
+                    thread,
+                    field: if sub == "GOAL" { "goal" } else { "scratchpad" },
+                    value,
+                }
+            }
+            other => {
+                return Err(a.err(format!(
+                    "unknown subcommand '{other}' (START, NEW, GET, SCRATCHPAD, GOAL, END)"
+                )))
+            }
+        })
+    }
+
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            SessionCmd::Start { user, .. } => Some(user),
+            _ => None,
+        }
+    }
+
+    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+        let store = &engine.store;
+        match self {
+            SessionCmd::Start {
+                thread,
+                user,
+                agent,
+                goal,
+            } => {
+                let (created, event) = store.session_start(&thread, &user, &agent, &goal).await?;
+                Ok(Reply::Map(vec![
+                    ("thread", Reply::text(thread)),
+                    ("created", Reply::Int(created as i64)),
+                    ("event", Reply::text(event)),
+                ]))
+            }
+            SessionCmd::Get(thread) => {
+                let Some(s) = store.session_get(&thread).await? else {
+                    return Ok(Reply::Nil);
+                };
+                let mut fields: Vec<(&'static str, Reply)> = Vec::new();
+                for name in [
+                    "thread_id",
+                    "user",
+                    "agent",
+                    "goal",
+                    "scratchpad",
+                    "turn_count",
+                    "created_ts",
+                    "last_active_ts",
+                ] {
+                    let v = s
+                        .fields
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone());
+                    let reply = match name {
+                        "turn_count" => v
+                            .and_then(|v| v.parse().ok())
+                            .map(Reply::Int)
+                            .unwrap_or(Reply::Int(0)),
+                        "created_ts" | "last_active_ts" => {
+                            Reply::opt_double(v.and_then(|v| v.parse().ok()))
+                        }
+                        _ => Reply::opt_text(v),
+                    };
+                    fields.push((name, reply));
+                }
+                let turns = s
+                    .recent_turns
+                    .iter()
+                    .map(|t| {
+                        Reply::Map(vec![
+                            ("role", Reply::text(&t.role)),
+                            ("content", Reply::text(&t.content)),
+                            ("ts", Reply::opt_double(t.ts)),
+                        ])
+                    })
+                    .collect();
+                fields.push(("recent_turns", Reply::Array(turns)));
+                fields.push(("ttl", Reply::Int(s.ttl)));
+                Ok(Reply::Map(fields))
+            }
+            SessionCmd::Set {
+                thread,
+                field,
+                value,
+            } => {
+                let action = if field == "goal" {
+                    "goal_set"
+                } else {
+                    "scratchpad_set"
+                };
+                match store.session_set(&thread, field, &value, action).await? {
+                    Some(_) => Ok(Reply::Status("OK")),
+                    None => Err(crate::error::MemError::client(format!(
+                        "MEM.SESSION: no session '{thread}' (START it first)"
+                    ))),
+                }
+            }
+            SessionCmd::End(thread) => Ok(Reply::Int(store.session_end(&thread).await? as i64)),
+        }
+    }
+}

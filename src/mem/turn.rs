@@ -1,0 +1,113 @@
+//! MEM.TURN: one agent step — record the turn, recall what matters, remember what was said.
+
+use super::args::{Args, Opt};
+use super::embed::embed;
+use super::hit;
+use super::recall::{RecallOpts, RECALL_OPTS};
+use super::remember::kind_ttl;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::resp::Reply;
+use crate::store::memory::{NewMemory, Recall};
+use crate::store::session::TurnInput;
+use crate::store::{Kind, Scope};
+
+/// # Format
+/// `MEM.TURN thread role content [USER u] [NS ns] [AGENT a] [REMEMBER episodic|semantic|SKIP] [K n]
+/// [THRESHOLD d] [MODE m]` → map `thread, turn_count, recalled, remembered, event`.
+///
+/// The content is embedded once. Recall, remember (with dedup), the append to the session and the
+/// event run in one script: one upstream round trip, and the turn is not recalled to itself.
+pub struct TurnCmd {
+    pub thread: String,
+    pub role: String,
+    pub content: String,
+    pub scope: Scope,
+    pub agent: String,
+    pub remember: Option<Kind>,
+    pub opts: RecallOpts,
+}
+
+impl TurnCmd {
+    pub fn parse(a: &mut Args, cfg: &Config) -> MemResult<TurnCmd> {
+        let thread = a.name("thread")?;
+        let role = a.name("role")?;
+        let content = a.text("content")?;
+        let mut allowed = vec![
+            Opt("USER", 1),
+            Opt("NS", 1),
+            Opt("AGENT", 1),
+            Opt("REMEMBER", 1),
+        ];
+        allowed.extend(RECALL_OPTS);
+        let o = a.options(&allowed)?;
+        let remember = match o.str("REMEMBER").map(str::to_ascii_lowercase).as_deref() {
+            None => Some(Kind::Episodic),
+            Some("skip") => None,
+            Some(k) => Some(Kind::parse(k).ok_or_else(|| {
+                a.err(format!(
+                    "unknown REMEMBER '{k}' (episodic, semantic or SKIP)"
+                ))
+            })?),
+        };
+        Ok(TurnCmd {
+            scope: o.scope(a)?,
+            agent: o.str("AGENT").unwrap_or("default").to_string(),
+            opts: RecallOpts::from(&o, a, cfg)?,
+            thread,
+            role,
+            content,
+            remember,
+        })
+    }
+
+    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+        let cfg = engine.config();
+        let vector = embed(engine, &self.content).await?;
+        // The turn's memory is written with its thread as source; recall looks across threads.
+        let write_scope = Scope {
+            thread: Some(self.thread.clone()),
+            kind: None,
+            ..self.scope.clone()
+        };
+        let input = TurnInput {
+            thread: &self.thread,
+            role: &self.role,
+            agent: &self.agent,
+            recall: Recall {
+                scope: &self.scope,
+                text: &self.content,
+                vector: &vector,
+                k: self.opts.k,
+                threshold: self.opts.threshold,
+                mode: self.opts.mode,
+                weights: self.opts.weights,
+            },
+            remember: self.remember.map(|kind| NewMemory {
+                text: &self.content,
+                scope: &write_scope,
+                kind,
+                ttl: kind_ttl(kind, cfg.episodic_ttl_seconds),
+                dedup: Some(cfg.dedup_threshold),
+            }),
+        };
+        let out = engine.store.turn(&input).await?;
+        Ok(Reply::Map(vec![
+            ("thread", Reply::text(&self.thread)),
+            ("turn_count", Reply::Int(out.turn_count)),
+            (
+                "recalled",
+                Reply::Array(out.recalled.iter().map(hit::recalled).collect()),
+            ),
+            (
+                "remembered",
+                out.remembered
+                    .as_ref()
+                    .map(hit::remembered)
+                    .unwrap_or(Reply::Nil),
+            ),
+            ("event", Reply::text(&out.event)),
+        ]))
+    }
+}

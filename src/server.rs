@@ -1,0 +1,82 @@
+//! The accept loop: connection limit, one task per client, graceful shutdown.
+//!
+//! Over `max_clients` a new connection gets Redis's own `-ERR max number of clients reached` and is
+//! closed. On shutdown the listener stops accepting, every connection stops reading new requests,
+//! answers what it has in flight, and the server waits for them up to the configured grace.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::conn;
+use crate::engine::Engine;
+
+pub struct Server {
+    listener: TcpListener,
+    engine: Arc<Engine>,
+}
+
+impl Server {
+    pub async fn bind(engine: Arc<Engine>) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(&engine.config().listen).await?;
+        Ok(Server { listener, engine })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    /// Serve until `shutdown` resolves, then drain connections within the grace period.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let cfg = self.engine.config();
+        let limit = Arc::new(Semaphore::new(cfg.max_clients));
+        let grace = Duration::from_millis(cfg.shutdown_grace_ms);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => {
+                    let (mut socket, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            // EMFILE and friends: back off instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, "max number of clients reached");
+                        tokio::spawn(async move {
+                            let _ = socket.write_all(b"-ERR max number of clients reached\r\n").await;
+                            let _ = socket.shutdown().await;
+                        });
+                        continue;
+                    };
+                    let engine = self.engine.clone();
+                    let stop = stop_rx.clone();
+                    conns.spawn(async move {
+                        conn::serve(socket, engine, stop).await;
+                        drop(permit);
+                    });
+                    // Reap finished connections so the set does not grow.
+                    while conns.try_join_next().is_some() {}
+                }
+            }
+        }
+        tracing::info!(open = conns.len(), "shutting down: draining connections");
+        let _ = stop_tx.send(true);
+        let _ =
+            tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+        conns.abort_all();
+    }
+}

@@ -1,0 +1,290 @@
+//! Every key name and every query string memproxy sends, and the one escaping function they use.
+//!
+//! No user-supplied value reaches RediSearch without [`escape`]: TAG values and keyword terms get
+//! a backslash before every ASCII character that is not a letter, a digit or `_` (space included),
+//! which is RediSearch's full escape set and more, so no value can close a `{…}` tag, start a
+//! wildcard or add a clause that widens a filter to another user's memories.
+
+use crate::config::Config;
+
+/// Fields returned for every memory (never the embedding).
+pub const MEMORY_FIELDS: [&str; 8] = [
+    "id",
+    "user",
+    "namespace",
+    "kind",
+    "source_thread",
+    "text",
+    "created_ts",
+    "hit_count",
+];
+
+/// Longest keyword query, in terms.
+const MAX_TERMS: usize = 64;
+
+/// A search spec: the FT.SEARCH arguments, index first.
+pub type Spec = Vec<Vec<u8>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Episodic,
+    Semantic,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Episodic => "episodic",
+            Kind::Semantic => "semantic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s.to_ascii_lowercase().as_str() {
+            "episodic" => Some(Kind::Episodic),
+            "semantic" => Some(Kind::Semantic),
+            _ => None,
+        }
+    }
+}
+
+/// Whose memories a command may touch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scope {
+    pub user: String,
+    pub namespace: String,
+    pub kind: Option<Kind>,
+    pub thread: Option<String>,
+}
+
+/// Backslash-escape every ASCII character that is not alphanumeric or `_`.
+pub fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        if c.is_ascii() && !c.is_ascii_alphanumeric() && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Scope {
+    /// The pre-filter: `@user:{…} @namespace:{…}` plus kind and thread when given. An empty
+    /// namespace (MEM.FORGET USER without NS) means every namespace of the user.
+    pub fn filter(&self) -> String {
+        let mut f = format!("@user:{{{}}}", escape(&self.user));
+        if !self.namespace.is_empty() {
+            f.push_str(&format!(" @namespace:{{{}}}", escape(&self.namespace)));
+        }
+        if let Some(k) = self.kind {
+            f.push_str(&format!(" @kind:{{{}}}", k.as_str()));
+        }
+        if let Some(t) = &self.thread {
+            f.push_str(&format!(" @source_thread:{{{}}}", escape(t)));
+        }
+        f
+    }
+}
+
+/// Key names and index name, from the configured prefixes.
+#[derive(Debug, Clone)]
+pub struct Keyspace {
+    pub index: String,
+    pub mem_prefix: String,
+    pub session_prefix: String,
+    pub event_prefix: String,
+}
+
+impl Keyspace {
+    pub fn new(cfg: &Config) -> Keyspace {
+        Keyspace {
+            index: cfg.mem_index_name.clone(),
+            mem_prefix: cfg.mem_key_prefix.clone(),
+            session_prefix: cfg.session_key_prefix.clone(),
+            event_prefix: cfg.event_key_prefix.clone(),
+        }
+    }
+
+    pub fn memory(&self, id: &str) -> String {
+        format!("{}{id}", self.mem_prefix)
+    }
+
+    /// The id of a memory key (the key itself if it lacks the prefix).
+    pub fn memory_id<'a>(&self, key: &'a str) -> &'a str {
+        key.strip_prefix(self.mem_prefix.as_str()).unwrap_or(key)
+    }
+
+    pub fn session(&self, thread: &str) -> String {
+        format!("{}{thread}", self.session_prefix)
+    }
+
+    pub fn events(&self, thread: &str) -> String {
+        format!("{}{thread}", self.event_prefix)
+    }
+
+    fn spec(&self, query: String, tail: &[&str]) -> Spec {
+        let mut s: Spec = vec![self.index.clone().into_bytes(), query.into_bytes()];
+        s.extend(tail.iter().map(|a| a.as_bytes().to_vec()));
+        s
+    }
+
+    fn with_return(mut spec: Spec, extra: &[&str]) -> Spec {
+        spec.push(b"RETURN".to_vec());
+        spec.push((MEMORY_FIELDS.len() + extra.len()).to_string().into_bytes());
+        spec.extend(
+            MEMORY_FIELDS
+                .iter()
+                .chain(extra)
+                .map(|f| f.as_bytes().to_vec()),
+        );
+        spec.extend([b"DIALECT".to_vec(), b"2".to_vec()]);
+        spec
+    }
+
+    /// KNN `k` within the scope (pre-filter in the same query), nearest first.
+    pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        let query = format!(
+            "({})=>[KNN {k} @embedding $vec AS distance]",
+            scope.filter()
+        );
+        let k = k.to_string();
+        let mut s = self.spec(query, &[]);
+        s.extend([
+            b"PARAMS".to_vec(),
+            b"2".to_vec(),
+            b"vec".to_vec(),
+            vector_blob(vector),
+        ]);
+        s.extend(
+            ["SORTBY", "distance", "ASC", "LIMIT", "0", &k]
+                .iter()
+                .map(|a| a.as_bytes().to_vec()),
+        );
+        Self::with_return(s, &["distance"])
+    }
+
+    /// The nearest memory of the scope, distance only (for dedup).
+    pub fn nearest(&self, scope: &Scope, vector: &[f32]) -> Spec {
+        let query = format!("({})=>[KNN 1 @embedding $vec AS distance]", scope.filter());
+        let mut s = self.spec(query, &[]);
+        s.extend([
+            b"PARAMS".to_vec(),
+            b"2".to_vec(),
+            b"vec".to_vec(),
+            vector_blob(vector),
+        ]);
+        s.extend(
+            [
+                "SORTBY", "distance", "ASC", "LIMIT", "0", "1", "RETURN", "1", "distance",
+                "DIALECT", "2",
+            ]
+            .iter()
+            .map(|a| a.as_bytes().to_vec()),
+        );
+        s
+    }
+
+    /// BM25 over `text` within the scope; `None` when the text has no searchable word.
+    pub fn keyword(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
+        let mut terms: Vec<String> = Vec::new();
+        for word in text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+        {
+            let w = escape(&word.to_lowercase());
+            if !terms.contains(&w) && terms.len() < MAX_TERMS {
+                terms.push(w);
+            }
+        }
+        if terms.is_empty() {
+            return None;
+        }
+        let query = format!("(@text:({})) {}", terms.join("|"), scope.filter());
+        let k = k.to_string();
+        Some(Self::with_return(
+            self.spec(query, &["SCORER", "BM25", "WITHSCORES", "LIMIT", "0", &k]),
+            &[],
+        ))
+    }
+
+    /// A page of the scope's memories, newest first.
+    pub fn list(&self, scope: &Scope, offset: usize, count: usize) -> Spec {
+        let (o, c) = (offset.to_string(), count.to_string());
+        Self::with_return(
+            self.spec(
+                scope.filter(),
+                &["SORTBY", "created_ts", "DESC", "LIMIT", &o, &c],
+            ),
+            &[],
+        )
+    }
+
+    /// Keys of the scope, a page at a time (for erasure).
+    pub fn scope_keys(&self, scope: &Scope) -> Spec {
+        self.spec(
+            scope.filter(),
+            &["NOCONTENT", "LIMIT", "0", "1000", "DIALECT", "2"],
+        )
+    }
+}
+
+/// A vector as RediSearch's FLOAT32 blob (little-endian).
+pub fn vector_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A fresh memory id: 12 lowercase hex digits.
+pub fn new_id() -> String {
+    format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_neutralises_query_syntax() {
+        assert_eq!(escape("alice"), "alice");
+        assert_eq!(
+            escape("alice} | @user:{bob"),
+            "alice\\}\\ \\|\\ \\@user\\:\\{bob"
+        );
+        assert_eq!(escape("a*"), "a\\*");
+        assert_eq!(escape("al?ce\\"), "al\\?ce\\\\");
+        assert_eq!(escape("ålice"), "ålice");
+        let s = Scope {
+            user: "a b".into(),
+            namespace: "n-1".into(),
+            kind: Some(Kind::Semantic),
+            thread: None,
+        };
+        assert_eq!(
+            s.filter(),
+            "@user:{a\\ b} @namespace:{n\\-1} @kind:{semantic}"
+        );
+    }
+
+    #[test]
+    fn keyword_terms() {
+        let ks = Keyspace {
+            index: "i".into(),
+            mem_prefix: "m:".into(),
+            session_prefix: "s:".into(),
+            event_prefix: "e:".into(),
+        };
+        let s = Scope {
+            user: "u".into(),
+            namespace: "n".into(),
+            kind: None,
+            thread: None,
+        };
+        let spec = ks.keyword(&s, "Hello, world! hello @x:{y} -z", 5).unwrap();
+        assert_eq!(
+            String::from_utf8(spec[1].clone()).unwrap(),
+            "(@text:(hello|world|x|y|z)) @user:{u} @namespace:{n}"
+        );
+        assert!(ks.keyword(&s, "*** ()", 5).is_none());
+        assert_eq!(new_id().len(), 12);
+    }
+}

@@ -1,0 +1,329 @@
+//! Long-term memory: remember (dedup or write), recall (vector, keyword, hybrid), forget, list.
+
+use redis::Value;
+use serde_json::json;
+
+use super::keyspace::{new_id, Kind, Scope, Spec};
+use super::value::{array, field, float, int, text, ttl_from_pttl};
+use super::{now_ts, push_spec, Store};
+use crate::error::{MemError, MemResult};
+
+/// Which retrieval produced a hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retrieval {
+    Vector,
+    Keyword,
+    Hybrid,
+}
+
+impl Retrieval {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retrieval::Vector => "vector",
+            Retrieval::Keyword => "keyword",
+            Retrieval::Hybrid => "hybrid",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Retrieval> {
+        match s.to_ascii_lowercase().as_str() {
+            "vector" => Some(Retrieval::Vector),
+            "keyword" => Some(Retrieval::Keyword),
+            "hybrid" => Some(Retrieval::Hybrid),
+            _ => None,
+        }
+    }
+}
+
+/// One memory as MEM.RECALL and MEM.LIST return it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub id: String,
+    pub text: String,
+    pub kind: String,
+    pub user: String,
+    pub namespace: String,
+    pub source_thread: Option<String>,
+    pub created_ts: Option<f64>,
+    pub hit_count: Option<i64>,
+    pub ttl: i64,
+    pub distance: Option<f64>,
+    pub score: Option<f64>,
+    pub retrieval: Retrieval,
+}
+
+/// A memory to write.
+pub struct NewMemory<'a> {
+    pub text: &'a str,
+    pub scope: &'a Scope,
+    pub kind: Kind,
+    /// Seconds; `None`: no expiry.
+    pub ttl: Option<u64>,
+    /// Dedup threshold; `None`: always write.
+    pub dedup: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remembered {
+    pub id: String,
+    pub deduped: bool,
+    pub distance: Option<f64>,
+    pub ttl: i64,
+}
+
+/// What to recall.
+pub struct Recall<'a> {
+    pub scope: &'a Scope,
+    pub text: &'a str,
+    pub vector: &'a [f32],
+    pub k: usize,
+    pub threshold: f64,
+    pub mode: Retrieval,
+    /// (keyword, vector) weights of the fusion.
+    pub weights: (f64, f64),
+}
+
+/// Reciprocal rank fusion constant.
+const RRF_K: f64 = 60.0;
+
+impl Store {
+    /// The JSON document of a new memory, in the guide's layout.
+    pub(crate) fn memory_doc(&self, id: &str, m: &NewMemory<'_>, vector: &[f32]) -> String {
+        json!({
+            "id": id,
+            "user": m.scope.user,
+            "namespace": m.scope.namespace,
+            "kind": m.kind.as_str(),
+            "source_thread": m.scope.thread.clone().unwrap_or_default(),
+            "text": m.text,
+            "embedding": vector,
+            "created_ts": now_ts(),
+            "hit_count": 0,
+        })
+        .to_string()
+    }
+
+    /// The scope a dedup check looks in: same user, namespace and kind (any thread).
+    pub(crate) fn dedup_spec(&self, m: &NewMemory<'_>, vector: &[f32]) -> Spec {
+        let scope = Scope {
+            kind: Some(m.kind),
+            thread: None,
+            ..m.scope.clone()
+        };
+        self.keys.nearest(&scope, vector)
+    }
+
+    pub async fn remember(&self, m: &NewMemory<'_>, vector: &[f32]) -> MemResult<Remembered> {
+        let id = new_id();
+        let key = self.keys.memory(&id);
+        let mut con = self.ready().await?;
+        let mut inv = self.scripts.remember.key(&key);
+        inv.arg(self.memory_doc(&id, m, vector))
+            .arg(m.ttl.unwrap_or(0))
+            .arg(m.dedup.unwrap_or(-1.0));
+        if m.dedup.is_some() {
+            push_spec(&mut inv, &self.dedup_spec(m, vector));
+        }
+        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        self.parse_remembered(&v)
+    }
+
+    pub(crate) fn parse_remembered(&self, v: &Value) -> MemResult<Remembered> {
+        let a = array(v);
+        let status = a
+            .first()
+            .and_then(text)
+            .ok_or_else(|| MemError::Internal(format!("remember script replied {v:?}")))?;
+        let key = a.get(1).and_then(text).unwrap_or_default();
+        Ok(Remembered {
+            id: self.keys.memory_id(&key).to_string(),
+            deduped: status == "dedup",
+            distance: a.get(2).and_then(float),
+            ttl: ttl_from_pttl(a.get(3).and_then(int).unwrap_or(-1)),
+        })
+    }
+
+    /// The searches a recall needs: (retrieval, spec) for each side.
+    pub(crate) fn recall_specs(&self, r: &Recall<'_>) -> Vec<(Retrieval, Spec)> {
+        let mut specs = Vec::new();
+        if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
+            specs.push((Retrieval::Vector, self.keys.knn(r.scope, r.k, r.vector)));
+        }
+        if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
+            if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
+                specs.push((Retrieval::Keyword, s));
+            }
+        }
+        specs
+    }
+
+    pub async fn recall(&self, r: &Recall<'_>) -> MemResult<Vec<Hit>> {
+        let specs = self.recall_specs(r);
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let only: Vec<Spec> = specs.iter().map(|(_, s)| s.clone()).collect();
+        let results = self.search(&only).await?;
+        self.fuse(r, &specs, &results)
+    }
+
+    /// Turn the raw search results into hits: thresholded vector hits, keyword hits, or their
+    /// reciprocal rank fusion. In hybrid mode a failed vector side leaves the keyword side.
+    pub(crate) fn fuse(
+        &self,
+        r: &Recall<'_>,
+        specs: &[(Retrieval, Spec)],
+        results: &[Value],
+    ) -> MemResult<Vec<Hit>> {
+        let mut vector_hits = None;
+        let mut keyword_hits = None;
+        for ((side, _), result) in specs.iter().zip(results) {
+            let parsed = self.parse_search(result, *side);
+            match (side, parsed) {
+                (Retrieval::Vector, Ok(hits)) => {
+                    vector_hits = Some(
+                        hits.into_iter()
+                            .filter(|h| h.distance.is_some_and(|d| d <= r.threshold))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+                (Retrieval::Vector, Err(e)) if r.mode == Retrieval::Hybrid => {
+                    tracing::warn!(error = %e, "hybrid recall: vector side failed, answering with the keyword side")
+                }
+                (_, Err(e)) => return Err(e),
+                (_, Ok(hits)) => keyword_hits = Some(hits),
+            }
+        }
+        match r.mode {
+            Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
+            Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
+            Retrieval::Hybrid => {
+                let Some(vector_hits) = vector_hits else {
+                    return Ok(keyword_hits.unwrap_or_default());
+                };
+                let (wk, wv) = r.weights;
+                let mut fused: Vec<Hit> = Vec::new();
+                for (weight, hits) in [(wv, vector_hits), (wk, keyword_hits.unwrap_or_default())] {
+                    for (rank, hit) in hits.into_iter().enumerate() {
+                        let add = weight / (RRF_K + rank as f64 + 1.0);
+                        match fused.iter_mut().find(|h| h.id == hit.id) {
+                            Some(h) => {
+                                h.score = Some(h.score.unwrap_or(0.0) + add);
+                                h.distance = h.distance.or(hit.distance);
+                            }
+                            None => fused.push(Hit {
+                                score: Some(add),
+                                retrieval: Retrieval::Hybrid,
+                                ..hit
+                            }),
+                        }
+                    }
+                }
+                fused.sort_by(|a, b| {
+                    b.score
+                        .partial_cmp(&a.score)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                });
+                fused.truncate(r.k);
+                Ok(fused)
+            }
+        }
+    }
+
+    /// One search() result of the Lua prelude: `{'ok', total, rows}` or `{'err', msg}`.
+    pub(crate) fn parse_search(&self, v: &Value, side: Retrieval) -> MemResult<Vec<Hit>> {
+        let a = array(v);
+        match a.first().and_then(text).as_deref() {
+            Some("ok") => {}
+            Some("err") => {
+                let msg = a.get(1).and_then(text).unwrap_or_default();
+                return Err(MemError::upstream(format!("search failed: {msg}")));
+            }
+            _ => return Err(MemError::Internal(format!("search script replied {v:?}"))),
+        }
+        let rows = a.get(2).map(array).unwrap_or_default();
+        Ok(rows.iter().map(|row| self.hit(array(row), side)).collect())
+    }
+
+    fn hit(&self, row: &[Value], side: Retrieval) -> Hit {
+        let key = row.first().and_then(text).unwrap_or_default();
+        let fields = row.get(3).map(array).unwrap_or_default();
+        let get = |name: &str| field(fields, name).and_then(text);
+        let distance = field(fields, "distance").and_then(float);
+        let score = match side {
+            Retrieval::Vector => distance.map(|d| 1.0 - d),
+            _ => row.get(2).and_then(float),
+        };
+        Hit {
+            id: get("id")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| self.keys.memory_id(&key).to_string()),
+            text: get("text").unwrap_or_default(),
+            kind: get("kind").unwrap_or_default(),
+            user: get("user").unwrap_or_default(),
+            namespace: get("namespace").unwrap_or_default(),
+            source_thread: get("source_thread").filter(|s| !s.is_empty()),
+            created_ts: field(fields, "created_ts").and_then(float),
+            hit_count: field(fields, "hit_count").and_then(int),
+            ttl: ttl_from_pttl(row.get(1).and_then(int).unwrap_or(-1)),
+            distance,
+            score,
+            retrieval: side,
+        }
+    }
+
+    /// Delete one memory; with `owner`, only if it belongs to that user. Returns 1 or 0.
+    pub async fn forget_id(&self, id: &str, owner: Option<&str>) -> MemResult<i64> {
+        let mut con = self.connection().await?;
+        let key = self.keys.memory(id);
+        let mut inv = self.scripts.forget.key(&key);
+        inv.arg("id").arg(owner.unwrap_or(""));
+        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        Ok(int(&v).unwrap_or(0))
+    }
+
+    /// Delete every memory of a scope; returns how many were deleted.
+    pub async fn forget_scope(&self, scope: &Scope) -> MemResult<i64> {
+        let mut con = self.ready().await?;
+        let mut inv = self.scripts.forget.prepare_invoke();
+        inv.arg("scope");
+        push_spec(&mut inv, &self.keys.scope_keys(scope));
+        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        Ok(int(&v).unwrap_or(0))
+    }
+
+    /// A page of a scope's memories, newest first.
+    pub async fn list(&self, scope: &Scope, offset: usize, count: usize) -> MemResult<Vec<Hit>> {
+        let results = self.search(&[self.keys.list(scope, offset, count)]).await?;
+        let mut hits =
+            self.parse_search(results.first().unwrap_or(&Value::Nil), Retrieval::Keyword)?;
+        for h in &mut hits {
+            h.score = None;
+        }
+        Ok(hits)
+    }
+
+    /// (num_docs, indexing failures) of the index.
+    pub async fn index_stats(&self) -> MemResult<(i64, i64)> {
+        let mut con = self.ready().await?;
+        let info: Value = self
+            .timed(
+                redis::cmd("FT.INFO")
+                    .arg(&self.keys.index)
+                    .query_async(&mut con),
+            )
+            .await?;
+        let info = array(&info);
+        let docs = field(info, "num_docs").and_then(int).unwrap_or(0);
+        let failures = field(info, "hash_indexing_failures")
+            .and_then(int)
+            .or_else(|| {
+                field(info, "Index Errors")
+                    .map(array)
+                    .and_then(|e| field(e, "indexing failures"))
+                    .and_then(int)
+            })
+            .unwrap_or(0);
+        Ok((docs, failures))
+    }
+}

@@ -1,0 +1,135 @@
+//! The long-term memory index: its schema, creating it when missing, and checking it when present.
+//!
+//! An existing index is never dropped or altered. When its prefix, fields, vector type, dimension
+//! or metric differ from what memproxy needs, the check says what differs and MEM.* answer that
+//! error while ordinary commands keep working.
+
+use redis::Value;
+
+use super::value::{array, field, text};
+
+/// (JSON path, attribute, type) of every non-vector field.
+pub const FIELDS: [(&str, &str, &str); 7] = [
+    ("$.text", "text", "TEXT"),
+    ("$.user", "user", "TAG"),
+    ("$.namespace", "namespace", "TAG"),
+    ("$.kind", "kind", "TAG"),
+    ("$.source_thread", "source_thread", "TAG"),
+    ("$.created_ts", "created_ts", "NUMERIC"),
+    ("$.hit_count", "hit_count", "NUMERIC"),
+];
+
+/// FT.CREATE arguments (after the command name).
+pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
+    let mut a: Vec<String> = [index, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for (path, name, ty) in FIELDS {
+        a.extend([path, "AS", name, ty].iter().map(|s| s.to_string()));
+        if ty == "NUMERIC" {
+            a.push("SORTABLE".into());
+        }
+    }
+    a.extend(
+        [
+            "$.embedding",
+            "AS",
+            "embedding",
+            "VECTOR",
+            "HNSW",
+            "6",
+            "TYPE",
+            "FLOAT32",
+            "DIM",
+            &dim.to_string(),
+            "DISTANCE_METRIC",
+            "COSINE",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    a
+}
+
+/// Compare an FT.INFO reply with what memproxy needs; `Err` lists every difference.
+pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<(), String> {
+    let info = array(info);
+    let mut diffs = Vec::new();
+    let def = field(info, "index_definition")
+        .map(array)
+        .unwrap_or_default();
+    let key_type = field(def, "key_type").and_then(text).unwrap_or_default();
+    if key_type != "JSON" {
+        diffs.push(format!("key type is {key_type}, not JSON"));
+    }
+    let prefixes: Vec<String> = field(def, "prefixes")
+        .map(array)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(text)
+        .collect();
+    if prefixes != [prefix] {
+        diffs.push(format!("prefixes are {prefixes:?}, not [{prefix:?}]"));
+    }
+    let attrs: Vec<&[Value]> = field(info, "attributes")
+        .map(array)
+        .unwrap_or_default()
+        .iter()
+        .map(array)
+        .collect();
+    let find = |name: &str| {
+        attrs
+            .iter()
+            .find(|a| field(a, "attribute").and_then(text).as_deref() == Some(name))
+            .copied()
+    };
+    for (path, name, ty) in FIELDS {
+        match find(name) {
+            None => diffs.push(format!("field {name} is missing")),
+            Some(a) => {
+                let got = field(a, "type").and_then(text).unwrap_or_default();
+                if got != ty {
+                    diffs.push(format!("field {name} is {got}, not {ty}"));
+                }
+                let got_path = field(a, "identifier").and_then(text).unwrap_or_default();
+                if got_path != path {
+                    diffs.push(format!("field {name} indexes {got_path}, not {path}"));
+                }
+            }
+        }
+    }
+    match find("embedding") {
+        None => diffs.push("field embedding is missing".into()),
+        Some(a) => {
+            let get = |k: &str| field(a, k).and_then(text).unwrap_or_default();
+            if get("type") != "VECTOR" {
+                diffs.push(format!("field embedding is {}, not VECTOR", get("type")));
+            } else {
+                if get("dim") != dim.to_string() {
+                    diffs.push(format!(
+                        "vector dim is {}, the model's is {dim}",
+                        get("dim")
+                    ));
+                }
+                if !get("distance_metric").eq_ignore_ascii_case("COSINE") {
+                    diffs.push(format!(
+                        "vector metric is {}, not COSINE",
+                        get("distance_metric")
+                    ));
+                }
+                if !get("data_type").eq_ignore_ascii_case("FLOAT32") {
+                    diffs.push(format!("vector type is {}, not FLOAT32", get("data_type")));
+                }
+            }
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "index {index} does not match: {}",
+            diffs.join("; ")
+        ))
+    }
+}
