@@ -1,0 +1,440 @@
+//! Test support: a real redis-server with RedisJSON and RediSearch on a free port, and memproxy
+//! in-process on port 0. One Redis and one proxy per test binary (tests isolate themselves by
+//! using their own users, namespaces, threads and key names); tests that need another setting
+//! start their own. Missing dependencies fail loudly with the setup command: nothing is skipped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use memproxy::Config;
+
+pub fn deps() -> PathBuf {
+    let cfg = Config::default();
+    let d = cfg.deps_dir();
+    for f in [
+        "bin/redis-server",
+        "lib/rejson.so",
+        "lib/redisearch.so",
+        "lib/libonnxruntime.so",
+        "model/all-MiniLM-L6-v2/model.onnx",
+    ] {
+        assert!(
+            d.join(f).exists(),
+            "missing {} — run scripts/setup.sh first (or scripts/test.sh, which does)",
+            d.join(f).display()
+        );
+    }
+    d
+}
+
+/// Path of the shared test data (`../shared/data`).
+pub fn data(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(name);
+    assert!(p.exists(), "test data {} not found", p.display());
+    p
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A redis-server this test process owns; killed on drop and when the process dies.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    /// Start on a free port with both modules and the extra arguments.
+    pub fn start(extra: &[&str]) -> Redis {
+        let d = deps();
+        let port = free_port();
+        let mut cmd = Command::new(d.join("bin/redis-server"));
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--loadmodule")
+        .arg(d.join("lib/rejson.so"))
+        .arg("--loadmodule")
+        .arg(d.join("lib/redisearch.so"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // Die with the test process (the spawning thread lives as long as the process).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = spawn_from_keeper(cmd);
+        let r = Redis {
+            port,
+            child: Some(child),
+        };
+        r.wait_ready(extra.iter().any(|a| *a == "--requirepass"));
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self, auth: bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.write_all(b"PING\r\n");
+                let mut buf = [0u8; 64];
+                let n = s.read(&mut buf).unwrap_or(0);
+                if buf[..n].starts_with(b"+PONG") || (auth && buf[..n].starts_with(b"-NOAUTH")) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Spawn children from one thread that never exits, so PR_SET_PDEATHSIG fires only when the
+/// whole test process goes.
+fn spawn_from_keeper(cmd: Command) -> Child {
+    type Req = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static KEEPER: OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Req>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Req>();
+        std::thread::spawn(move || {
+            for (mut cmd, reply) in rx {
+                let _ = reply.send(cmd.spawn());
+            }
+            loop {
+                std::thread::park();
+            }
+        });
+        std::sync::Mutex::new(tx)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    keeper.lock().unwrap().send((cmd, tx)).unwrap();
+    rx.recv().unwrap().expect("spawn redis-server")
+}
+
+/// A memproxy running in-process on its own runtime thread.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Proxy {
+    pub fn start(upstream: &str, tune: impl FnOnce(&mut Config)) -> Proxy {
+        deps();
+        let mut cfg = Config {
+            listen: "127.0.0.1:0".into(),
+            upstream: upstream.into(),
+            log: "warn".into(),
+            ..Config::default()
+        };
+        tune(&mut cfg);
+        cfg.validate().expect("valid test config");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let tx = ready_tx.clone();
+            let result = rt.block_on(memproxy::run(
+                cfg,
+                async {
+                    let _ = stop_rx.await;
+                },
+                move |addr| {
+                    let _ = tx.send(Ok(addr));
+                },
+            ));
+            if let Err(e) = result {
+                let _ = ready_tx.send(Err(format!("{e:#}")));
+            }
+        });
+        let addr = ready_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("proxy start timed out")
+            .expect("proxy start");
+        Proxy {
+            addr,
+            stop: Some(stop_tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// A redis-crate client connection through the proxy.
+    pub fn client(&self) -> redis::Connection {
+        let c = redis::Client::open(self.url()).unwrap();
+        let con = c
+            .get_connection_with_timeout(Duration::from_secs(10))
+            .unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        con
+    }
+
+    pub fn raw(&self) -> Raw {
+        Raw::connect(self.addr)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// The Redis and proxy shared by all tests of one binary.
+pub struct Shared {
+    pub redis: Redis,
+    pub proxy: Proxy,
+}
+
+pub fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let redis = Redis::start(&[]);
+        let proxy = Proxy::start(&redis.url(), |c| c.max_text_bytes = 256 * 1024);
+        Shared { redis, proxy }
+    })
+}
+
+/// A unique name for this test's users, namespaces, threads and keys.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A raw RESP connection: write bytes, read whole replies.
+pub struct Raw {
+    pub stream: BufReader<TcpStream>,
+}
+
+impl Raw {
+    pub fn connect(addr: SocketAddr) -> Raw {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Raw {
+            stream: BufReader::new(s),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).unwrap();
+    }
+
+    /// Send one command as a multibulk.
+    pub fn cmd(&mut self, args: &[&[u8]]) {
+        self.send(&encode(args));
+    }
+
+    /// Read one complete reply, returned as its raw bytes.
+    pub fn read(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_into(&mut out);
+        out
+    }
+
+    fn read_into(&mut self, out: &mut Vec<u8>) {
+        let mut line = Vec::new();
+        self.stream.read_until(b'\n', &mut line).unwrap();
+        assert!(
+            !line.is_empty(),
+            "connection closed while a reply was expected"
+        );
+        out.extend_from_slice(&line);
+        let head = String::from_utf8_lossy(&line[1..line.len() - 2]).to_string();
+        match line[0] {
+            b'$' | b'=' | b'!' => {
+                let n: i64 = head.parse().unwrap();
+                if n >= 0 {
+                    let mut body = vec![0u8; n as usize + 2];
+                    self.stream.read_exact(&mut body).unwrap();
+                    out.extend_from_slice(&body);
+                }
+            }
+            b'*' | b'~' | b'>' => {
+                let n: i64 = head.parse().unwrap();
+                for _ in 0..n.max(0) {
+                    self.read_into(out);
+                }
+            }
+            b'%' | b'|' => {
+                let n: i64 = head.parse().unwrap();
+                for _ in 0..2 * n {
+                    self.read_into(out);
+                }
+                if line[0] == b'|' {
+                    self.read_into(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Read a reply and return it as text.
+    pub fn read_str(&mut self) -> String {
+        String::from_utf8_lossy(&self.read()).into_owned()
+    }
+
+    /// True if the peer closed the connection (reads EOF within the timeout).
+    pub fn closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.stream.read(&mut buf), Ok(0) | Err(_))
+    }
+}
+
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// A direct connection to Redis (bypassing the proxy).
+pub fn direct(redis: &Redis) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Field `name` of a map reply (RESP2 flat array or RESP3 map).
+pub fn get<'a>(v: &'a redis::Value, name: &str) -> &'a redis::Value {
+    use redis::Value;
+    match v {
+        Value::Map(m) => m
+            .iter()
+            .find(|(k, _)| as_str(k) == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no field {name} in {v:?}")),
+        Value::Array(a) => a
+            .chunks(2)
+            .find(|p| as_str(&p[0]) == name)
+            .map(|p| &p[1])
+            .unwrap_or_else(|| panic!("no field {name} in {v:?}")),
+        other => panic!("not a map: {other:?}"),
+    }
+}
+
+pub fn as_str(v: &redis::Value) -> String {
+    use redis::Value;
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Double(d) => d.to_string(),
+        Value::Okay => "OK".into(),
+        Value::Nil => "(nil)".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+pub fn as_f64(v: &redis::Value) -> f64 {
+    as_str(v)
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {v:?}"))
+}
+
+pub fn as_i64(v: &redis::Value) -> i64 {
+    as_str(v)
+        .parse()
+        .unwrap_or_else(|_| panic!("not an integer: {v:?}"))
+}
+
+pub fn items(v: &redis::Value) -> &[redis::Value] {
+    match v {
+        redis::Value::Array(a) => a,
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+/// Run a command, expecting an error; returns its text (code and message).
+pub fn err(con: &mut redis::Connection, args: &[&str]) -> String {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    match c.query::<redis::Value>(con) {
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or(""))
+            .trim()
+            .to_string(),
+        Ok(redis::Value::ServerError(e)) => format!("{} {}", e.code(), e.details().unwrap_or("")),
+        Ok(v) => panic!("expected an error from {args:?}, got {v:?}"),
+    }
+}
+
+/// Run a command through the redis crate and return the raw value.
+pub fn q(con: &mut redis::Connection, args: &[&str]) -> redis::Value {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Poll until `f` is true (no fixed sleeps).
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,368 @@
+//! The proxy is transparent: every ordinary command behaves as on Redis (SPEC §1).
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn inline_and_multibulk() {
+    let mut c = shared().proxy.raw();
+    c.send(b"PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.send(b"set inline-k \"a b\"\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"GET", b"inline-k"]);
+    assert_eq!(c.read_str(), "$3\r\na b\r\n");
+    // Empty inline lines and *0 get no reply; the next command's reply comes next.
+    c.send(b"\r\n\n*0\r\nMEM.PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+}
+
+#[test]
+fn ten_thousand_pipelined_in_one_write() {
+    let mut c = shared().proxy.raw();
+    let key = unique("pipe");
+    let mut burst = Vec::new();
+    for i in 0..10_000 {
+        burst.extend(encode(&[
+            b"RPUSH",
+            key.as_bytes(),
+            i.to_string().as_bytes(),
+        ]));
+    }
+    c.send(&burst);
+    for i in 0..10_000 {
+        assert_eq!(c.read_str(), format!(":{}\r\n", i + 1));
+    }
+}
+
+#[test]
+fn mixed_pipeline_keeps_order() {
+    let mut c = shared().proxy.raw();
+    let key = unique("mixed");
+    let mut burst = encode(&[b"SET", key.as_bytes(), b"v1"]);
+    burst.extend(encode(&[b"MEM.PING"]));
+    burst.extend(encode(&[b"GET", key.as_bytes()]));
+    burst.extend(encode(&[b"mem.ping"]));
+    burst.extend(encode(&[b"MEM.NOPE", b"a"]));
+    burst.extend(encode(&[b"GET", key.as_bytes()]));
+    c.send(&burst);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(
+        c.read_str(),
+        "-ERR unknown command 'MEM.NOPE', with args beginning with: 'a' \r\n"
+    );
+    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
+}
+
+#[test]
+fn transactions() {
+    let p = &shared().proxy;
+    let key = unique("tx");
+    let mut c = p.raw();
+    c.send(b"MULTI\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    c.cmd(&[b"MEM.PING"]);
+    assert!(c
+        .read_str()
+        .starts_with("-ERR MEM.PING cannot run inside MULTI"));
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    c.send(b"EXEC\r\n");
+    assert_eq!(c.read_str(), "*2\r\n+OK\r\n:2\r\n");
+
+    // WATCH aborts when another client touches the key.
+    c.cmd(&[b"WATCH", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    let mut other = p.raw();
+    other.cmd(&[b"SET", key.as_bytes(), b"x"]);
+    assert_eq!(other.read_str(), "+OK\r\n");
+    c.send(b"MULTI\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"mine"]);
+    c.send(b"EXEC\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    assert_eq!(c.read_str(), "*-1\r\n");
+
+    c.send(b"MULTI\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"discarded"]);
+    c.send(b"DISCARD\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "$1\r\nx\r\n");
+    // MEM.* work again after the transaction.
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+}
+
+#[test]
+fn blocking_command_released_by_another_client() {
+    let p = &shared().proxy;
+    let key = unique("blpop");
+    let mut blocked = p.raw();
+    blocked.cmd(&[b"BLPOP", key.as_bytes(), b"0"]);
+    let mut pusher = p.client();
+    // Wait until Redis sees the blocked client, then release it.
+    let mut d = direct(&shared().redis);
+    eventually("client blocked", || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
+        info.lines()
+            .any(|l| l.starts_with("blocked_clients:") && l != "blocked_clients:0")
+    });
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg("hello")
+        .query(&mut pusher)
+        .unwrap();
+    let reply = blocked.read_str();
+    assert_eq!(
+        reply,
+        format!("*2\r\n${}\r\n{key}\r\n$5\r\nhello\r\n", key.len())
+    );
+}
+
+#[test]
+fn subscribe_and_psubscribe_receive_publish() {
+    let p = &shared().proxy;
+    let ch = unique("chan");
+    let mut sub = p.raw();
+    sub.cmd(&[b"SUBSCRIBE", ch.as_bytes()]);
+    assert!(sub.read_str().contains("subscribe"));
+    sub.cmd(&[b"PSUBSCRIBE", format!("{ch}*").as_bytes()]);
+    assert!(sub.read_str().contains("psubscribe"));
+    let mut publisher = p.client();
+    let n: i64 = redis::cmd("PUBLISH")
+        .arg(&ch)
+        .arg("hi")
+        .query(&mut publisher)
+        .unwrap();
+    assert_eq!(n, 2);
+    let a = sub.read_str();
+    let b = sub.read_str();
+    assert!(a.contains("message") && a.ends_with("$2\r\nhi\r\n"), "{a}");
+    assert!(b.contains("pmessage") && b.ends_with("$2\r\nhi\r\n"), "{b}");
+}
+
+#[test]
+fn hello3_maps_and_tracking_pushes() {
+    let p = &shared().proxy;
+    let key = unique("track");
+    let mut c = p.raw();
+    c.cmd(&[b"HELLO", b"3"]);
+    assert!(c.read_str().starts_with('%'), "HELLO 3 replies with a map");
+    // MEM.* replies follow the negotiated protocol.
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.cmd(&[b"CLIENT", b"TRACKING", b"ON"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "$1\r\n1\r\n");
+    let mut other = p.client();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("2")
+        .query(&mut other)
+        .unwrap();
+    let push = c.read_str();
+    assert!(push.starts_with(">2\r\n$10\r\ninvalidate\r\n"), "{push}");
+    // The connection still answers in order after a push.
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "$1\r\n2\r\n");
+    c.cmd(&[b"HGETALL", b"no-such-hash"]);
+    assert_eq!(c.read_str(), "%0\r\n");
+}
+
+#[test]
+fn select_is_per_client() {
+    let p = &shared().proxy;
+    let key = unique("db");
+    let mut a = p.raw();
+    let mut b = p.raw();
+    a.cmd(&[b"SELECT", b"3"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    a.cmd(&[b"SET", key.as_bytes(), b"in3"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    b.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(b.read_str(), "$-1\r\n");
+    b.cmd(&[b"SELECT", b"3"]);
+    b.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(b.read_str(), "+OK\r\n");
+    assert_eq!(b.read_str(), "$3\r\nin3\r\n");
+}
+
+#[test]
+fn client_reply_off_and_skip() {
+    let mut c = shared().proxy.raw();
+    let key = unique("reply");
+    c.send(b"CLIENT REPLY SKIP\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.send(b"CLIENT REPLY OFF\r\n");
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    c.cmd(&[b"MEM.PING"]);
+    c.send(b"CLIENT REPLY ON\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "$1\r\n2\r\n");
+}
+
+#[test]
+fn modules_pass_through() {
+    let mut c = shared().proxy.client();
+    let idx = unique("idx");
+    let prefix = format!("{idx}:");
+    let ok: String = redis::cmd("JSON.SET")
+        .arg(format!("{prefix}1"))
+        .arg("$")
+        .arg(r#"{"name":"ada","n":3}"#)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let _: () = redis::cmd("FT.CREATE")
+        .arg(&idx)
+        .arg("ON")
+        .arg("JSON")
+        .arg("PREFIX")
+        .arg("1")
+        .arg(&prefix)
+        .arg("SCHEMA")
+        .arg("$.name")
+        .arg("AS")
+        .arg("name")
+        .arg("TEXT")
+        .query(&mut c)
+        .unwrap();
+    eventually("indexed", || {
+        let v: redis::Value = redis::cmd("FT.SEARCH")
+            .arg(&idx)
+            .arg("@name:ada")
+            .query(&mut c)
+            .unwrap();
+        items(&v).first().map(as_i64) == Some(1)
+    });
+    let got: String = redis::cmd("JSON.GET")
+        .arg(format!("{prefix}1"))
+        .arg("$.n")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, "[3]");
+}
+
+#[test]
+fn malformed_request_gets_protocol_error_and_close() {
+    let mut c = shared().proxy.raw();
+    c.send(b"*1\r\n$3\r\nPING\r\n");
+    // "$3\r\nPIN" then "G\r" where "\r\n" was expected: Redis's reader calls this a protocol error.
+    let mut c2 = shared().proxy.raw();
+    c2.send(b"*1\r\nx\r\n");
+    let r = c2.read_str();
+    assert!(r.starts_with("-ERR Protocol error: expected '$'"), "{r}");
+    assert!(c2.closed());
+    let mut c3 = shared().proxy.raw();
+    c3.send(b"*1\r\n$2000000000\r\n");
+    let r = c3.read_str();
+    assert!(
+        r.starts_with("-ERR Protocol error: invalid bulk length"),
+        "{r}"
+    );
+    assert!(c3.closed());
+    drop(c);
+}
+
+#[test]
+fn resp3_mem_replies_are_maps() {
+    let mut c = shared().proxy.raw();
+    c.cmd(&[b"HELLO", b"3"]);
+    c.read();
+    c.cmd(&[b"MEM.SESSION", b"GET", unique("none").as_bytes()]);
+    assert_eq!(c.read_str(), "_\r\n");
+    c.cmd(&[b"HELLO", b"2"]);
+    c.read();
+    c.cmd(&[b"MEM.SESSION", b"GET", unique("none").as_bytes()]);
+    assert_eq!(c.read_str(), "$-1\r\n");
+}
+
+#[test]
+fn auth_and_hello_auth_against_password_protected_upstream() {
+    let redis = Redis::start(&["--requirepass", "s3cret"]);
+    let proxy = Proxy::start(&format!("redis://:s3cret@127.0.0.1:{}", redis.port), |_| {});
+    let mut c = proxy.raw();
+    c.send(b"GET x\r\n");
+    assert!(c.read_str().starts_with("-NOAUTH"));
+    c.send(b"MEM.PING\r\n");
+    assert_eq!(c.read_str(), "-NOAUTH Authentication required.\r\n");
+    c.send(b"AUTH wrong\r\n");
+    assert!(c.read_str().starts_with("-WRONGPASS"));
+    c.send(b"MEM.PING\r\n");
+    assert_eq!(c.read_str(), "-NOAUTH Authentication required.\r\n");
+    c.send(b"AUTH s3cret\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.send(b"MEM.PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+
+    let mut h = proxy.raw();
+    h.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"nope"]);
+    assert!(h.read_str().starts_with("-WRONGPASS"));
+    h.cmd(&[b"MEM.PING"]);
+    assert!(h.read_str().starts_with("-NOAUTH"));
+    h.cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"s3cret"]);
+    assert!(h.read_str().starts_with('%'));
+    h.cmd(&[b"MEM.PING"]);
+    assert_eq!(h.read_str(), "+PONG\r\n");
+}
+
+#[test]
+fn upstream_killed_with_requests_in_flight() {
+    let mut redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 1000);
+    let mut blocked = proxy.raw();
+    blocked.send(b"BLPOP never-pushed 0\r\nPING\r\nMEM.PING\r\n");
+    let mut d = direct(&redis);
+    eventually("client blocked", || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
+        info.contains("blocked_clients:1")
+    });
+    let start = Instant::now();
+    redis.kill();
+    for _ in 0..3 {
+        let r = blocked.read_str();
+        assert!(r.starts_with("-ERR upstream connection lost"), "{r}");
+    }
+    assert!(blocked.closed());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // New clients are told the upstream is unavailable, and closed.
+    let mut late = proxy.raw();
+    let r = late.read_str();
+    assert!(r.starts_with("-ERR upstream unavailable:"), "{r}");
+    assert!(late.closed());
+}
+
+#[test]
+fn max_clients() {
+    let proxy = Proxy::start(&shared().redis.url(), |c| c.max_clients = 2);
+    let mut a = proxy.raw();
+    let mut b = proxy.raw();
+    a.send(b"PING\r\n");
+    b.send(b"PING\r\n");
+    assert_eq!(a.read_str(), "+PONG\r\n");
+    assert_eq!(b.read_str(), "+PONG\r\n");
+    let mut c = proxy.raw();
+    assert_eq!(c.read_str(), "-ERR max number of clients reached\r\n");
+    drop(a);
+    eventually("a slot frees up", || {
+        let mut d = proxy.raw();
+        d.send(b"PING\r\n");
+        d.read_str() == "+PONG\r\n"
+    });
+}
