@@ -20,7 +20,12 @@ fn references() -> Vec<Reference> {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             Reference {
                 text: v["text"].as_str().unwrap().to_string(),
-                embedding: v["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect(),
+                embedding: v["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect(),
             }
         })
         .collect()
@@ -42,7 +47,11 @@ fn mem_embed(con: &mut redis::Connection, text: &str) -> Vec<f32> {
 
 fn load(dir: &str) -> onnx::OnnxModel {
     let cfg = Config::default();
-    let opts = onnx::Options { library: cfg.ort_library(), intra_threads: 2, optimization: 1 };
+    let opts = onnx::Options {
+        library: cfg.ort_library(),
+        intra_threads: 2,
+        optimization: 1,
+    };
     onnx::OnnxModel::load(&deps().join("model").join(dir), &opts).unwrap()
 }
 
@@ -53,38 +62,64 @@ fn fp32_matches_reference_vectors_through_mem_embed() {
         let got = mem_embed(&mut con, &r.text);
         assert_eq!(got.len(), 384);
         let cos = 1.0 - cosine_distance(&got, &r.embedding);
-        assert!(cos >= 0.99999, "cosine {cos} for {:?}", &r.text[..r.text.len().min(60)]);
+        assert!(
+            cos >= 0.99999,
+            "cosine {cos} for {:?}",
+            &r.text[..r.text.len().min(60)]
+        );
     }
 }
 
 #[test]
 fn int8_weights_match_reference_vectors() {
     let mut m = load("all-MiniLM-L6-v2-int8");
-    assert_eq!(m.dim(), 384, "dimension read from the model (token embeddings, pooled here)");
+    assert_eq!(
+        m.dim(),
+        384,
+        "dimension read from the model (token embeddings, pooled here)"
+    );
     let refs = references();
     let texts: Vec<&str> = refs.iter().map(|r| r.text.as_str()).collect();
     let got = m.embed(&texts).unwrap();
     for (r, g) in refs.iter().zip(got) {
         let cos = 1.0 - cosine_distance(&g, &r.embedding);
-        assert!(cos >= 0.998, "int8 cosine {cos} for {:?}", &r.text[..r.text.len().min(60)]);
+        assert!(
+            cos >= 0.998,
+            "int8 cosine {cos} for {:?}",
+            &r.text[..r.text.len().min(60)]
+        );
     }
 }
 
 #[test]
 fn guide_walkthrough_distances() {
     let mut con = shared().proxy.client();
-    let seeds: Vec<(String, Vec<f32>)> = tsv("redis-docs-seed-memories.tsv").into_iter().map(|r| (r[1].clone(), mem_embed(&mut con, &r[1]))).collect();
+    let seeds: Vec<(String, Vec<f32>)> = tsv("redis-docs-seed-memories.tsv")
+        .into_iter()
+        .map(|r| (r[1].clone(), mem_embed(&mut con, &r[1])))
+        .collect();
     for probe in tsv("seed-demo-probes.tsv") {
         let q = mem_embed(&mut con, &probe[0]);
         let reference: f64 = probe[2].parse().unwrap();
         if probe[1].starts_with('(') {
             for (text, v) in &seeds {
-                assert!(cosine_distance(&q, v) > 0.8, "{:?} too close to {text:?}", probe[0]);
+                assert!(
+                    cosine_distance(&q, v) > 0.8,
+                    "{:?} too close to {text:?}",
+                    probe[0]
+                );
             }
         } else {
-            let (_, v) = seeds.iter().find(|(t, _)| t.starts_with(&probe[1])).unwrap();
+            let (_, v) = seeds
+                .iter()
+                .find(|(t, _)| t.starts_with(&probe[1]))
+                .unwrap();
             let d = cosine_distance(&q, v);
-            assert!((d - reference).abs() <= 0.005, "{:?}: distance {d}, reference {reference}", probe[0]);
+            assert!(
+                (d - reference).abs() <= 0.005,
+                "{:?}: distance {d}, reference {reference}",
+                probe[0]
+            );
         }
     }
 }
@@ -97,7 +132,11 @@ fn batch_equals_one_by_one() {
     let batch = m.embed(&texts).unwrap();
     for (t, b) in texts.iter().zip(&batch) {
         let one = &m.embed(&[t]).unwrap()[0];
-        let max = one.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let max = one
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
         assert!(max <= 1e-5, "batch differs by {max} for {t:?}");
     }
 }
@@ -132,13 +171,28 @@ fn concurrent_embeds_on_many_connections() {
 #[test]
 fn bad_texts_are_clear_errors() {
     let mut con = shared().proxy.client();
-    assert_eq!(err(&mut con, &["MEM.EMBED", ""]), "ERR MEM.EMBED: text is empty");
-    assert_eq!(err(&mut con, &["MEM.EMBED", " \t\n "]), "ERR MEM.EMBED: text is empty");
-    assert_eq!(err(&mut con, &["MEM.EMBED"]), "ERR wrong number of arguments for 'mem.embed' command");
-    assert_eq!(err(&mut con, &["MEM.EMBED", "a", "b"]), "ERR wrong number of arguments for 'mem.embed' command");
+    assert_eq!(
+        err(&mut con, &["MEM.EMBED", ""]),
+        "ERR MEM.EMBED: text is empty"
+    );
+    assert_eq!(
+        err(&mut con, &["MEM.EMBED", " \t\n "]),
+        "ERR MEM.EMBED: text is empty"
+    );
+    assert_eq!(
+        err(&mut con, &["MEM.EMBED"]),
+        "ERR wrong number of arguments for 'mem.embed' command"
+    );
+    assert_eq!(
+        err(&mut con, &["MEM.EMBED", "a", "b"]),
+        "ERR wrong number of arguments for 'mem.embed' command"
+    );
     let mut raw = shared().proxy.raw();
     raw.cmd(&[b"MEM.EMBED", b"caf\xe9"]);
-    assert_eq!(raw.read_str(), "-ERR MEM.EMBED: text is not valid UTF-8\r\n");
+    assert_eq!(
+        raw.read_str(),
+        "-ERR MEM.EMBED: text is not valid UTF-8\r\n"
+    );
     // The connection is still usable.
     raw.cmd(&[b"MEM.PING"]);
     assert_eq!(raw.read_str(), "+PONG\r\n");
@@ -148,11 +202,17 @@ fn bad_texts_are_clear_errors() {
 fn long_text_is_truncated_not_rejected() {
     let mut con = shared().proxy.client();
     let head = "memory proxies embed text on the server side. ".repeat(40);
-    let long = format!("{head}{}", "tail words that fall beyond the window ".repeat(2700));
+    let long = format!(
+        "{head}{}",
+        "tail words that fall beyond the window ".repeat(2700)
+    );
     assert!(long.len() > 100_000);
     let v = mem_embed(&mut con, &long);
     // Only the first 256 tokens count: a different tail gives the same vector.
-    let other = mem_embed(&mut con, &format!("{head}{}", "different ending entirely ".repeat(3000)));
+    let other = mem_embed(
+        &mut con,
+        &format!("{head}{}", "different ending entirely ".repeat(3000)),
+    );
     assert!(cosine_distance(&v, &other) < 1e-5);
     // Over the configured limit (here 256 KiB) it is an error naming the limit.
     let huge = "x ".repeat(200_000);
@@ -174,21 +234,34 @@ fn full_queue_answers_overloaded() {
                     let mut con = proxy.client();
                     let mut pipe = redis::pipe();
                     for i in 0..8 {
-                        pipe.cmd("MEM.EMBED").arg(format!("distinct text number {t} {i} {}", "pad ".repeat(100)));
+                        pipe.cmd("MEM.EMBED").arg(format!(
+                            "distinct text number {t} {i} {}",
+                            "pad ".repeat(100)
+                        ));
                     }
                     let vals: Vec<redis::Value> = pipe.ignore_errors().query(&mut con).unwrap();
-                    vals.into_iter().map(|v| match v {
-                        redis::Value::ServerError(e) => format!("{} {}", e.code(), e.details().unwrap_or("")),
-                        _ => "ok".to_string(),
-                    }).collect::<Vec<_>>()
+                    vals.into_iter()
+                        .map(|v| match v {
+                            redis::Value::ServerError(e) => {
+                                format!("{} {}", e.code(), e.details().unwrap_or(""))
+                            }
+                            _ => "ok".to_string(),
+                        })
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     });
     assert!(results.iter().any(|r| r == "ok"), "some succeed");
     let overloaded: Vec<&String> = results.iter().filter(|r| *r != "ok").collect();
-    assert!(!overloaded.is_empty(), "a queue of 1 must overflow under 64 concurrent requests");
+    assert!(
+        !overloaded.is_empty(),
+        "a queue of 1 must overflow under 64 concurrent requests"
+    );
     for r in overloaded {
         assert!(r.starts_with("ERR embedder overloaded"), "{r}");
     }
@@ -196,7 +269,11 @@ fn full_queue_answers_overloaded() {
 
 #[test]
 fn hub_id_fails_fast_offline() {
-    let cfg = Config { model: Some("sentence-transformers/all-MiniLM-L6-v2".into()), deps_dir: Some(std::env::temp_dir().join(unique("hub"))), ..Config::default() };
+    let cfg = Config {
+        model: Some("sentence-transformers/all-MiniLM-L6-v2".into()),
+        deps_dir: Some(std::env::temp_dir().join(unique("hub"))),
+        ..Config::default()
+    };
     let start = std::time::Instant::now();
     let e = match memproxy::embed::Embedder::start(&cfg) {
         Err(e) => e.to_string(),
@@ -210,7 +287,8 @@ fn hub_id_fails_fast_offline() {
 fn cache_hits_skip_the_model() {
     let mut con = shared().proxy.client();
     let text = unique("cache me");
-    let info = |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.INFO"]), "embed_cache_hits"));
+    let info =
+        |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.INFO"]), "embed_cache_hits"));
     let a = mem_embed(&mut con, &text);
     let before = info(&mut con);
     let b = mem_embed(&mut con, &text);

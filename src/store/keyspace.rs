@@ -87,6 +87,18 @@ impl Scope {
     }
 }
 
+impl Scope {
+    /// Exact match of a stored memory's scope. TAG queries alone are not enough: RediSearch
+    /// compares TAGs case-insensitively unless the index says CASESENSITIVE, and splits them at
+    /// `,`, so `@user:{alice}` also matches a memory of `ALICE` or of `alice,bob`.
+    pub fn matches(&self, user: &str, namespace: &str, kind: &str, thread: Option<&str>) -> bool {
+        user == self.user
+            && (self.namespace.is_empty() || namespace == self.namespace)
+            && self.kind.is_none_or(|k| k.as_str() == kind)
+            && (self.thread.is_none() || self.thread.as_deref() == thread)
+    }
+}
+
 /// Key names and index name, from the configured prefixes.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
@@ -220,12 +232,10 @@ impl Keyspace {
         )
     }
 
-    /// Keys of the scope, a page at a time (for erasure).
-    pub fn scope_keys(&self, scope: &Scope) -> Spec {
-        self.spec(
-            scope.filter(),
-            &["NOCONTENT", "LIMIT", "0", "1000", "DIALECT", "2"],
-        )
+    /// Index and query of the scope, for erasure (the script pages through it itself, checking
+    /// each match exactly before deleting it).
+    pub fn scope_query(&self, scope: &Scope) -> (String, String) {
+        (self.index.clone(), scope.filter())
     }
 }
 

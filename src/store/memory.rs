@@ -178,7 +178,7 @@ impl Store {
         let mut vector_hits = None;
         let mut keyword_hits = None;
         for ((side, _), result) in specs.iter().zip(results) {
-            let parsed = self.parse_search(result, *side);
+            let parsed = self.parse_search(result, *side, r.scope);
             match (side, parsed) {
                 (Retrieval::Vector, Ok(hits)) => {
                     vector_hits = Some(
@@ -231,7 +231,12 @@ impl Store {
     }
 
     /// One search() result of the Lua prelude: `{'ok', total, rows}` or `{'err', msg}`.
-    pub(crate) fn parse_search(&self, v: &Value, side: Retrieval) -> MemResult<Vec<Hit>> {
+    pub(crate) fn parse_search(
+        &self,
+        v: &Value,
+        side: Retrieval,
+        scope: &Scope,
+    ) -> MemResult<Vec<Hit>> {
         let a = array(v);
         match a.first().and_then(text).as_deref() {
             Some("ok") => {}
@@ -242,7 +247,11 @@ impl Store {
             _ => return Err(MemError::Internal(format!("search script replied {v:?}"))),
         }
         let rows = a.get(2).map(array).unwrap_or_default();
-        Ok(rows.iter().map(|row| self.hit(array(row), side)).collect())
+        Ok(rows
+            .iter()
+            .map(|row| self.hit(array(row), side))
+            .filter(|h| scope.matches(&h.user, &h.namespace, &h.kind, h.source_thread.as_deref()))
+            .collect())
     }
 
     fn hit(&self, row: &[Value], side: Retrieval) -> Hit {
@@ -285,9 +294,13 @@ impl Store {
     /// Delete every memory of a scope; returns how many were deleted.
     pub async fn forget_scope(&self, scope: &Scope) -> MemResult<i64> {
         let mut con = self.ready().await?;
+        let (index, query) = self.keys.scope_query(scope);
         let mut inv = self.scripts.forget.prepare_invoke();
-        inv.arg("scope");
-        push_spec(&mut inv, &self.keys.scope_keys(scope));
+        inv.arg("scope")
+            .arg(index)
+            .arg(query)
+            .arg(&scope.user)
+            .arg(&scope.namespace);
         let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
         Ok(int(&v).unwrap_or(0))
     }
@@ -295,8 +308,11 @@ impl Store {
     /// A page of a scope's memories, newest first.
     pub async fn list(&self, scope: &Scope, offset: usize, count: usize) -> MemResult<Vec<Hit>> {
         let results = self.search(&[self.keys.list(scope, offset, count)]).await?;
-        let mut hits =
-            self.parse_search(results.first().unwrap_or(&Value::Nil), Retrieval::Keyword)?;
+        let mut hits = self.parse_search(
+            results.first().unwrap_or(&Value::Nil),
+            Retrieval::Keyword,
+            scope,
+        )?;
         for h in &mut hits {
             h.score = None;
         }

@@ -30,6 +30,11 @@ pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
         if ty == "NUMERIC" {
             a.push("SORTABLE".into());
         }
+        // Scope tags compare exactly ("Alice" is not "alice"); reads check exactly as well, so
+        // an index created by the guide without this flag is still safe to share.
+        if ty == "TAG" && name != "kind" {
+            a.push("CASESENSITIVE".into());
+        }
     }
     a.extend(
         [

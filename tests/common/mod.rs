@@ -60,6 +60,11 @@ pub struct Redis {
 impl Redis {
     /// Start on a free port with both modules and the extra arguments.
     pub fn start(extra: &[&str]) -> Redis {
+        Redis::start_with(true, extra)
+    }
+
+    /// Start on a free port, with or without RedisJSON and RediSearch.
+    pub fn start_with(modules: bool, extra: &[&str]) -> Redis {
         let d = deps();
         let port = free_port();
         let mut cmd = Command::new(d.join("bin/redis-server"));
@@ -73,13 +78,15 @@ impl Redis {
             "--appendonly",
             "no",
         ])
-        .arg("--loadmodule")
-        .arg(d.join("lib/rejson.so"))
-        .arg("--loadmodule")
-        .arg(d.join("lib/redisearch.so"))
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+        if modules {
+            cmd.arg("--loadmodule")
+                .arg(d.join("lib/rejson.so"))
+                .arg("--loadmodule")
+                .arg(d.join("lib/redisearch.so"));
+        }
         // Die with the test process (the spawning thread lives as long as the process).
         unsafe {
             cmd.pre_exec(|| {

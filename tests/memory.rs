@@ -1,0 +1,681 @@
+//! Long-term memory: MEM.REMEMBER, MEM.RECALL, MEM.FORGET, MEM.LIST, MEM.INFO (issue 4).
+
+mod common;
+
+use common::*;
+use redis::Value;
+
+fn tsv(name: &str) -> Vec<Vec<String>> {
+    std::fs::read_to_string(data(name))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+fn remember(con: &mut redis::Connection, text: &str, opts: &[&str]) -> Value {
+    let mut args = vec!["MEM.REMEMBER", text];
+    args.extend_from_slice(opts);
+    q(con, &args)
+}
+
+fn recall(con: &mut redis::Connection, text: &str, opts: &[&str]) -> Vec<Value> {
+    let mut args = vec!["MEM.RECALL", text];
+    args.extend_from_slice(opts);
+    items(&q(con, &args)).to_vec()
+}
+
+fn texts(hits: &[Value]) -> Vec<String> {
+    hits.iter().map(|h| as_str(get(h, "text"))).collect()
+}
+
+#[test]
+fn guide_walkthrough() {
+    let mut con = shared().proxy.client();
+    let seeds = tsv("redis-docs-seed-memories.tsv");
+    for s in &seeds {
+        let r = remember(&mut con, &s[1], &["KIND", &s[0]]);
+        assert_eq!(as_i64(get(&r, "deduped")), 0);
+    }
+    let probes = tsv("seed-demo-probes.tsv");
+    for p in &probes[..2] {
+        let hits = recall(&mut con, &p[0], &[]);
+        assert!(!hits.is_empty(), "{} recalls something", p[0]);
+        let top = &hits[0];
+        assert!(
+            as_str(get(top, "text")).starts_with(&p[1]),
+            "{} → {:?}",
+            p[0],
+            texts(&hits)
+        );
+        let d = as_f64(get(top, "distance"));
+        assert!(
+            (d - p[2].parse::<f64>().unwrap()).abs() <= 0.005,
+            "{}: {d}",
+            p[0]
+        );
+        assert_eq!(as_str(get(top, "retrieval")), "vector");
+        assert_eq!(as_str(get(top, "user")), "default");
+        assert!(hits.iter().all(|h| as_f64(get(h, "distance")) <= 0.55));
+    }
+    // The paraphrase dedups onto its seed as semantic.
+    let r = remember(&mut con, &probes[2][0], &["KIND", "semantic"]);
+    assert_eq!(as_i64(get(&r, "deduped")), 1);
+    assert!((as_f64(get(&r, "distance")) - 0.1472).abs() <= 0.005);
+    let hits = recall(&mut con, &probes[2][0], &["K", "1"]);
+    assert_eq!(as_str(get(&hits[0], "text")), seeds[0][1]);
+    assert_eq!(as_i64(get(&hits[0], "hit_count")), 1);
+    assert_eq!(as_str(get(&hits[0], "id")), as_str(get(&r, "id")));
+    // Teal recalls nothing and is written fresh.
+    assert!(recall(&mut con, &probes[3][0], &[]).is_empty());
+    let r = remember(&mut con, &probes[3][0], &[]);
+    assert_eq!(as_i64(get(&r, "deduped")), 0);
+    assert!(as_f64(get(&r, "distance")) > 0.8);
+    // Another user sees none of it.
+    assert!(recall(&mut con, &probes[0][0], &["USER", "bob"]).is_empty());
+}
+
+#[test]
+fn isolation_cannot_be_widened() {
+    let mut con = shared().proxy.client();
+    let ns = unique("iso");
+    remember(
+        &mut con,
+        "Alice keeps her passport in the blue drawer.",
+        &["USER", "alice", "NS", &ns, "KIND", "semantic"],
+    );
+    let probe = "Where is the passport?";
+    assert_eq!(
+        recall(&mut con, probe, &["USER", "alice", "NS", &ns]).len(),
+        1
+    );
+    for user in [
+        "alice*",
+        "*",
+        "al?ce",
+        "alice} | @user:{bob",
+        "alice\\",
+        " alice",
+        "alice ",
+        "ALICE",
+        "{alice}",
+        "alice|bob",
+        "-alice",
+        "%alice%",
+    ] {
+        for mode in ["vector", "keyword", "hybrid"] {
+            let hits = recall(
+                &mut con,
+                probe,
+                &["USER", user, "NS", &ns, "MODE", mode, "THRESHOLD", "2"],
+            );
+            assert!(
+                hits.is_empty(),
+                "USER {user:?} ({mode}) reached alice: {:?}",
+                texts(&hits)
+            );
+        }
+        let listed = items(&q(&mut con, &["MEM.LIST", "USER", user, "NS", &ns])).len();
+        assert_eq!(listed, 0, "LIST USER {user:?}");
+        assert_eq!(
+            as_i64(&q(&mut con, &["MEM.FORGET", "USER", user, "NS", &ns])),
+            0,
+            "FORGET USER {user:?}"
+        );
+    }
+    for bad_ns in [
+        format!("{ns}*"),
+        "*".into(),
+        format!("{ns}}} | @namespace:{{x"),
+        format!(" {ns}"),
+        format!("{ns}\\"),
+    ] {
+        let hits = recall(
+            &mut con,
+            probe,
+            &[
+                "USER",
+                "alice",
+                "NS",
+                &bad_ns,
+                "THRESHOLD",
+                "2",
+                "MODE",
+                "hybrid",
+            ],
+        );
+        assert!(hits.is_empty(), "NS {bad_ns:?} reached alice");
+    }
+    assert!(err(&mut con, &["MEM.RECALL", probe, "USER", ""]).contains("USER must not be empty"));
+    assert!(
+        err(&mut con, &["MEM.RECALL", probe, "USER", "alice", "NS", ""])
+            .contains("NS must not be empty")
+    );
+    assert!(err(
+        &mut con,
+        &["MEM.RECALL", probe, "KIND", "semantic|episodic"]
+    )
+    .contains("unknown KIND"));
+    // Alice still has her memory.
+    assert_eq!(
+        recall(&mut con, probe, &["USER", "alice", "NS", &ns]).len(),
+        1
+    );
+
+    // A TAG query splits "alice,mallory" at the comma and matches it for alice; the exact scope
+    // check keeps it out of alice's reads and out of her erasure.
+    remember(
+        &mut con,
+        "Mallory hid the passport under the mat.",
+        &["USER", "alice,mallory", "NS", &ns, "KIND", "semantic"],
+    );
+    let hits = recall(
+        &mut con,
+        probe,
+        &[
+            "USER",
+            "alice",
+            "NS",
+            &ns,
+            "THRESHOLD",
+            "2",
+            "MODE",
+            "hybrid",
+        ],
+    );
+    assert_eq!(
+        texts(&hits),
+        vec!["Alice keeps her passport in the blue drawer.".to_string()]
+    );
+    assert_eq!(
+        items(&q(&mut con, &["MEM.LIST", "USER", "alice", "NS", &ns])).len(),
+        1
+    );
+    assert_eq!(
+        as_i64(&q(&mut con, &["MEM.FORGET", "USER", "alice", "NS", &ns])),
+        1
+    );
+    assert_eq!(
+        recall(&mut con, probe, &["USER", "alice,mallory", "NS", &ns]).len(),
+        1
+    );
+}
+
+#[test]
+fn ttls_by_kind_and_overrides() {
+    let mut con = shared().proxy.client();
+    let user = unique("ttl");
+    let mut d = direct(&shared().redis);
+    let ttl_of = |d: &mut redis::Connection, r: &Value| -> i64 {
+        redis::cmd("TTL")
+            .arg(format!("agent:mem:{}", as_str(get(r, "id"))))
+            .query(d)
+            .unwrap()
+    };
+    let e = remember(&mut con, "episodic by default", &["USER", &user]);
+    assert!((604_790..=604_800).contains(&as_i64(get(&e, "ttl"))));
+    assert!((604_790..=604_800).contains(&ttl_of(&mut d, &e)));
+    let s = remember(
+        &mut con,
+        "semantic never expires",
+        &["USER", &user, "KIND", "semantic"],
+    );
+    assert_eq!(as_i64(get(&s, "ttl")), -1);
+    assert_eq!(ttl_of(&mut d, &s), -1);
+    let t = remember(
+        &mut con,
+        "a short lived note about lunch",
+        &["USER", &user, "TTL", "100"],
+    );
+    assert!((95..=100).contains(&ttl_of(&mut d, &t)));
+    let p = remember(
+        &mut con,
+        "an episode kept forever by request",
+        &["USER", &user, "PERSIST"],
+    );
+    assert_eq!(ttl_of(&mut d, &p), -1);
+    let st = remember(
+        &mut con,
+        "semantic with a ttl",
+        &["USER", &user, "KIND", "semantic", "ttl", "50"],
+    );
+    assert!((45..=50).contains(&ttl_of(&mut d, &st)));
+    // Recall reports the same TTLs.
+    let hits = recall(
+        &mut con,
+        "semantic never expires",
+        &["USER", &user, "K", "1"],
+    );
+    assert_eq!(as_i64(get(&hits[0], "ttl")), -1);
+}
+
+#[test]
+fn forget_and_list() {
+    let mut con = shared().proxy.client();
+    let user = unique("forget");
+    let other = unique("keep");
+    for i in 0..5 {
+        remember(
+            &mut con,
+            &format!("fact number {i} about gardening and tomatoes {i}"),
+            &["USER", &user, "NS", "a", "NODEDUP"],
+        );
+    }
+    remember(
+        &mut con,
+        "a fact in another namespace",
+        &["USER", &user, "NS", "b"],
+    );
+    remember(
+        &mut con,
+        "a fact of another user",
+        &["USER", &other, "NS", "a"],
+    );
+    let page1 = items(&q(
+        &mut con,
+        &["MEM.LIST", "USER", &user, "NS", "a", "LIMIT", "0", "2"],
+    ))
+    .to_vec();
+    let page2 = items(&q(
+        &mut con,
+        &["MEM.LIST", "USER", &user, "NS", "a", "LIMIT", "2", "2"],
+    ))
+    .to_vec();
+    let page3 = items(&q(
+        &mut con,
+        &["MEM.LIST", "USER", &user, "NS", "a", "LIMIT", "4", "2"],
+    ))
+    .to_vec();
+    assert_eq!((page1.len(), page2.len(), page3.len()), (2, 2, 1));
+    let all: Vec<Value> = [page1, page2, page3].concat();
+    let ts: Vec<f64> = all.iter().map(|h| as_f64(get(h, "created_ts"))).collect();
+    assert!(ts.windows(2).all(|w| w[0] >= w[1]), "newest first: {ts:?}");
+    assert!(all
+        .iter()
+        .all(|h| matches!(h, Value::Array(a) if !a.iter().any(|f| as_str(f) == "embedding"))));
+    // One by id, then the rest of the scope; other scopes untouched.
+    let id = as_str(get(&all[0], "id"));
+    assert_eq!(as_i64(&q(&mut con, &["MEM.FORGET", &id])), 1);
+    assert_eq!(as_i64(&q(&mut con, &["MEM.FORGET", &id])), 0);
+    assert_eq!(
+        as_i64(&q(&mut con, &["MEM.FORGET", "USER", &user, "NS", "a"])),
+        4
+    );
+    assert_eq!(
+        items(&q(&mut con, &["MEM.LIST", "USER", &user, "NS", "b"])).len(),
+        1
+    );
+    assert_eq!(
+        items(&q(&mut con, &["MEM.LIST", "USER", &other, "NS", "a"])).len(),
+        1
+    );
+    // Without NS: every namespace of the user.
+    assert_eq!(as_i64(&q(&mut con, &["MEM.FORGET", "USER", &user])), 1);
+    assert_eq!(
+        items(&q(&mut con, &["MEM.LIST", "USER", &other, "NS", "a"])).len(),
+        1
+    );
+}
+
+#[test]
+fn keyword_and_hybrid() {
+    let mut con = shared().proxy.client();
+    let user = unique("kw");
+    remember(
+        &mut con,
+        "The deploy key for project zanzibar rotates every Friday.",
+        &["USER", &user, "KIND", "semantic"],
+    );
+    remember(
+        &mut con,
+        "The user enjoys hiking in the Alps during summer.",
+        &["USER", &user, "KIND", "semantic"],
+    );
+    let hits = recall(&mut con, "zanzibar", &["USER", &user, "MODE", "keyword"]);
+    assert_eq!(
+        texts(&hits),
+        vec!["The deploy key for project zanzibar rotates every Friday.".to_string()]
+    );
+    assert_eq!(as_str(get(&hits[0], "retrieval")), "keyword");
+    assert!(as_f64(get(&hits[0], "score")) > 0.0);
+    assert_eq!(get(&hits[0], "distance"), &Value::Nil);
+    // Query syntax in keyword text is neutralised, not an error.
+    assert!(
+        recall(
+            &mut con,
+            "@text:{*} | -zanzibar* %%",
+            &["USER", &user, "MODE", "keyword"]
+        )
+        .len()
+            <= 1
+    );
+    assert!(recall(&mut con, "()", &["USER", &user, "MODE", "keyword"]).is_empty());
+    let hybrid = recall(
+        &mut con,
+        "mountain walks in summer",
+        &["USER", &user, "MODE", "hybrid", "WEIGHTS", "1", "2"],
+    );
+    assert_eq!(
+        as_str(get(&hybrid[0], "text")),
+        "The user enjoys hiking in the Alps during summer."
+    );
+    assert_eq!(as_str(get(&hybrid[0], "retrieval")), "hybrid");
+    // Fused score: vector rank 1 (weight 2) + keyword rank 1 (weight 1).
+    let score = as_f64(get(&hybrid[0], "score"));
+    assert!((score - (2.0 / 61.0 + 1.0 / 61.0)).abs() < 1e-9, "{score}");
+}
+
+#[test]
+fn concurrent_identical_remembers_make_one_memory() {
+    let user = unique("race");
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|_| {
+                let user = user.clone();
+                s.spawn(move || {
+                    let mut con = shared().proxy.client();
+                    as_str(get(
+                        &remember(
+                            &mut con,
+                            "The user takes their coffee black.",
+                            &["USER", &user, "KIND", "semantic"],
+                        ),
+                        "id",
+                    ))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(ids.iter().all(|i| *i == ids[0]));
+    let mut con = shared().proxy.client();
+    let all = items(&q(&mut con, &["MEM.LIST", "USER", &user])).to_vec();
+    assert_eq!(all.len(), 1);
+    assert_eq!(as_i64(get(&all[0], "hit_count")), 15);
+}
+
+#[test]
+fn errors_for_each_verb() {
+    let mut con = shared().proxy.client();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["MEM.REMEMBER"],
+            "wrong number of arguments for 'mem.remember'",
+        ),
+        (&["MEM.REMEMBER", ""], "text is empty"),
+        (
+            &["MEM.REMEMBER", "x", "COLOR", "red"],
+            "unknown option 'COLOR'",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "USER", "a", "user", "b"],
+            "option USER given more than once",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "KIND", "procedural"],
+            "unknown KIND 'procedural'",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "TTL", "soon"],
+            "TTL must be an integer",
+        ),
+        (&["MEM.REMEMBER", "x", "TTL", "0"], "TTL must be an integer"),
+        (
+            &["MEM.REMEMBER", "x", "TTL", "5", "PERSIST"],
+            "TTL and PERSIST cannot be combined",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "DEDUP", "3"],
+            "DEDUP must be a number from 0 to 2",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "DEDUP", "0.1", "NODEDUP"],
+            "cannot be combined",
+        ),
+        (&["MEM.REMEMBER", "x", "USER"], "option USER needs 1 value"),
+        (
+            &["MEM.RECALL"],
+            "wrong number of arguments for 'mem.recall'",
+        ),
+        (&["MEM.RECALL", " "], "query is empty"),
+        (
+            &["MEM.RECALL", "x", "K", "0"],
+            "K must be an integer from 1 to 1000",
+        ),
+        (
+            &["MEM.RECALL", "x", "K", "1001"],
+            "K must be an integer from 1 to 1000",
+        ),
+        (&["MEM.RECALL", "x", "K", "ten"], "K must be an integer"),
+        (
+            &["MEM.RECALL", "x", "THRESHOLD", "-0.1"],
+            "THRESHOLD must be a number from 0 to 2",
+        ),
+        (
+            &["MEM.RECALL", "x", "THRESHOLD", "2.5"],
+            "THRESHOLD must be a number from 0 to 2",
+        ),
+        (
+            &["MEM.RECALL", "x", "THRESHOLD", "nan"],
+            "THRESHOLD must be a number",
+        ),
+        (
+            &["MEM.RECALL", "x", "MODE", "fuzzy"],
+            "unknown MODE 'fuzzy'",
+        ),
+        (&["MEM.RECALL", "x", "KIND", "x"], "unknown KIND"),
+        (
+            &["MEM.RECALL", "x", "WEIGHTS", "1"],
+            "option WEIGHTS needs 2 values",
+        ),
+        (
+            &["MEM.RECALL", "x", "WEIGHTS", "1", "x"],
+            "WEIGHTS must be a number",
+        ),
+        (
+            &["MEM.RECALL", "x", "K", "1", "K", "2"],
+            "option K given more than once",
+        ),
+        (
+            &["MEM.FORGET"],
+            "wrong number of arguments for 'mem.forget'",
+        ),
+        (
+            &["MEM.FORGET", "a", "b"],
+            "wrong number of arguments for 'mem.forget'",
+        ),
+        (
+            &["MEM.FORGET", "USER", "u", "LIMIT", "1"],
+            "unknown option 'LIMIT'",
+        ),
+        (
+            &["MEM.LIST", "LIMIT", "0", "0"],
+            "LIMIT count must be an integer from 1 to 1000",
+        ),
+        (
+            &["MEM.LIST", "LIMIT", "-1", "5"],
+            "LIMIT offset must be an integer",
+        ),
+        (&["MEM.LIST", "NS"], "option NS needs 1 value"),
+        (
+            &["MEM.INFO", "x"],
+            "wrong number of arguments for 'mem.info'",
+        ),
+    ];
+    for (args, want) in cases {
+        let e = err(&mut con, args);
+        assert!(
+            e.starts_with("ERR") && e.contains(want),
+            "{args:?} → {e:?}, want {want:?}"
+        );
+        assert!(!e.contains('\n'));
+    }
+    // None of that wrote anything.
+    assert!(recall(&mut con, "x", &["THRESHOLD", "0"]).is_empty());
+}
+
+#[test]
+fn interop_with_the_guide_layout() {
+    let mut con = shared().proxy.client();
+    let user = unique("interop");
+    // A document as the guide's demo writes it, with redis-cli-style commands.
+    let v: Vec<f64> = redis::cmd("MEM.EMBED")
+        .arg("The user's favourite editor is Helix.")
+        .query(&mut con)
+        .unwrap();
+    let doc = serde_json::json!({
+        "id": "0123456789ab", "user": user, "namespace": "default", "kind": "semantic",
+        "source_thread": "t1", "text": "The user's favourite editor is Helix.", "embedding": v,
+        "created_ts": 1700000000.5, "hit_count": 0
+    });
+    let _: () = redis::cmd("JSON.SET")
+        .arg("agent:mem:0123456789ab")
+        .arg("$")
+        .arg(doc.to_string())
+        .query(&mut con)
+        .unwrap();
+    let hits = recall(
+        &mut con,
+        "Which editor does the user like?",
+        &["USER", &user],
+    );
+    assert_eq!(as_str(get(&hits[0], "id")), "0123456789ab");
+    assert_eq!(as_str(get(&hits[0], "source_thread")), "t1");
+    // What MEM.REMEMBER writes reads back in the same layout.
+    let r = remember(
+        &mut con,
+        "The user works from Lisbon.",
+        &["USER", &user, "THREAD", "t2", "KIND", "semantic"],
+    );
+    let id = as_str(get(&r, "id"));
+    assert!(
+        id.len() == 12
+            && id
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
+    let raw: String = redis::cmd("JSON.GET")
+        .arg(format!("agent:mem:{id}"))
+        .query(&mut con)
+        .unwrap();
+    let got: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let keys: std::collections::BTreeSet<&str> = got
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "created_ts",
+            "embedding",
+            "hit_count",
+            "id",
+            "kind",
+            "namespace",
+            "source_thread",
+            "text",
+            "user"
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert_eq!(got["embedding"].as_array().unwrap().len(), 384);
+    assert_eq!(got["source_thread"], "t2");
+    assert!(got["created_ts"].is_f64() && got["hit_count"] == 0);
+}
+
+#[test]
+fn info_reports_the_index() {
+    let mut con = shared().proxy.client();
+    let info = q(&mut con, &["MEM.INFO"]);
+    assert_eq!(as_str(get(&info, "index")), "agentmem:idx");
+    assert_eq!(as_i64(get(&info, "dim")), 384);
+    assert_eq!(as_str(get(&info, "model")), "all-MiniLM-L6-v2");
+    assert_eq!(as_i64(get(&info, "indexing_failures")), 0);
+    assert!((as_f64(get(&info, "recall_threshold")) - 0.55).abs() < 1e-12);
+}
+
+#[test]
+fn resp3_recall_is_a_map() {
+    let mut c = shared().proxy.raw();
+    let user = unique("r3");
+    c.cmd(&[b"HELLO", b"3"]);
+    c.read();
+    c.cmd(&[
+        b"MEM.REMEMBER",
+        b"The user plays the cello.",
+        b"USER",
+        user.as_bytes(),
+    ]);
+    let r = c.read_str();
+    assert!(r.starts_with("%4\r\n$2\r\nid\r\n"), "{r}");
+    assert!(
+        r.contains("$8\r\ndistance\r\n_\r\n"),
+        "no nearest memory → nil: {r}"
+    );
+    c.cmd(&[b"MEM.RECALL", b"What instrument?", b"USER", user.as_bytes()]);
+    let r = c.read_str();
+    assert!(r.starts_with("*1\r\n%12\r\n"), "{r}");
+    assert!(
+        r.contains("$8\r\ndistance\r\n,0."),
+        "distance is a double: {r}"
+    );
+}
+
+#[test]
+fn mismatching_index_is_reported_and_passthrough_still_works() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let _: () = redis::cmd("FT.CREATE")
+        .arg("agentmem:idx")
+        .arg("ON")
+        .arg("JSON")
+        .arg("PREFIX")
+        .arg("1")
+        .arg("agent:mem:")
+        .arg("SCHEMA")
+        .arg("$.embedding")
+        .arg("AS")
+        .arg("embedding")
+        .arg("VECTOR")
+        .arg("HNSW")
+        .arg("6")
+        .arg("TYPE")
+        .arg("FLOAT32")
+        .arg("DIM")
+        .arg("768")
+        .arg("DISTANCE_METRIC")
+        .arg("COSINE")
+        .query(&mut d)
+        .unwrap();
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    let e = err(&mut con, &["MEM.RECALL", "anything"]);
+    assert!(
+        e.contains("index schema mismatch") && e.contains("vector dim is 768, the model's is 384"),
+        "{e}"
+    );
+    let e = err(&mut con, &["MEM.REMEMBER", "anything"]);
+    assert!(e.contains("vector dim is 768"), "{e}");
+    assert_eq!(as_str(&q(&mut con, &["SET", "k", "v"])), "OK");
+    assert_eq!(as_str(&q(&mut con, &["GET", "k"])), "v");
+    // The index was left alone.
+    let info: Value = redis::cmd("FT.INFO")
+        .arg("agentmem:idx")
+        .query(&mut d)
+        .unwrap();
+    assert!(format!("{info:?}").contains("768"));
+}
+
+#[test]
+fn missing_modules_are_named() {
+    let redis = Redis::start_with(false, &[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    let e = err(&mut con, &["MEM.RECALL", "anything"]);
+    assert!(e.contains("lacks the Search module"), "{e}");
+    assert_eq!(as_str(&q(&mut con, &["PING"])), "PONG");
+}
