@@ -93,6 +93,8 @@ pub struct Config {
     pub log: String,
     /// How long in-flight replies may take to finish after SIGINT/SIGTERM.
     pub shutdown_grace_ms: u64,
+    /// Threads of the network runtime (0: one per core). The embedder has its own threads.
+    pub worker_threads: usize,
 
     pub mem_index_name: String,
     pub mem_key_prefix: String,
@@ -140,6 +142,7 @@ impl Default for Config {
             max_clients: 10_000,
             log: "info".into(),
             shutdown_grace_ms: 5_000,
+            worker_threads: 0,
             mem_index_name: "agentmem:idx".into(),
             mem_key_prefix: "agent:mem:".into(),
             session_key_prefix: "agent:session:".into(),

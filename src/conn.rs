@@ -1,10 +1,12 @@
 //! One client session: requests in, replies out, in order.
 //!
-//! Two tasks per client. The **reader** frames requests, forwards ordinary ones to the client's own
-//! upstream socket as their original bytes (one write per read burst), and queues one reply *slot*
-//! per request. The **writer** fills the slots in order: an upstream slot takes the next non-push
-//! upstream reply, a MEM.* slot runs the command when it reaches the front (so it sees exactly the
-//! protocol and authentication that the requests before it established) and encodes its reply.
+//! One task per client selects over three sources: bytes from the client, bytes from the client's
+//! own upstream socket, and the MEM.* command at the front of the reply queue. Requests are framed
+//! as they arrive; ordinary ones are forwarded as their original bytes (one write per read burst)
+//! and each request that Redis answers gets a reply *slot*. Upstream replies fill upstream slots in
+//! order; a MEM.* slot runs its command when it reaches the front, so it sees exactly the protocol
+//! and authentication that the requests before it established. (A single task matters: on small
+//! VMs a cross-thread wakeup per request costs more than the proxying itself.)
 //!
 //! Invariants:
 //! - every request that Redis would answer gets exactly one reply, in request order;
@@ -12,17 +14,20 @@
 //! - ordinary requests and their replies are forwarded byte for byte; RESP3 pushes are forwarded as
 //!   they arrive, taking no slot;
 //! - after (P|S)SUBSCRIBE, MONITOR, SYNC/PSYNC or a protocol error the connection is a raw tunnel;
-//! - if the upstream breaks, every outstanding request gets an error and the client is closed.
+//! - if the upstream breaks, every outstanding request gets an error and the client is closed;
+//! - a client that does not read its replies stops the proxy reading from its upstream (and from
+//!   it), so what the proxy buffers for one client stays bounded.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::engine::{ClientState, Engine};
 use crate::resp::{parse_request, Parsed, Protocol, Reply, Request, Scanner};
@@ -52,18 +57,17 @@ enum Slot {
     Tunnel,
 }
 
-enum Msg {
-    Slots(Vec<Slot>),
-    /// The client closed its side (or the proxy is shutting down): answer what is queued, then stop.
-    /// Carries the upstream write half so that the upstream is not half-closed early.
-    ClientGone(OwnedWriteHalf),
-}
+/// Requests queued without a reply yet, beyond which the proxy stops reading from the client.
+const MAX_PENDING: usize = 100_000;
+
+type LocalReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
 /// Serve one accepted client until it or its upstream goes away.
 pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
     let _ = client.set_nodelay(true);
     let cfg = engine.config();
-    let up = match engine
+    let mut client = client;
+    let upstream = match engine
         .upstream_addr()
         .connect(Duration::from_millis(cfg.op_timeout_ms))
         .await
@@ -71,7 +75,6 @@ pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Rece
         Ok(up) => up,
         Err(reason) => {
             tracing::warn!(%reason, "upstream unavailable for a new client");
-            let mut client = client;
             let line = format!(
                 "-ERR upstream unavailable: {}\r\n",
                 reason.replace(['\r', '\n'], " ")
@@ -81,26 +84,27 @@ pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Rece
             return;
         }
     };
-    let (cr, cw) = client.into_split();
-    let (ur, uw) = up.into_split();
-    let (tx, rx) = mpsc::channel(256);
-    let reader = tokio::spawn(read_requests(cr, uw, tx, shutdown));
     let grace = Duration::from_millis(cfg.shutdown_grace_ms);
-    Writer {
-        ur,
-        cw,
-        rx,
+    Session {
+        client,
+        upstream,
         engine,
+        shutdown,
+        cbuf: BytesMut::with_capacity(16 * 1024),
         ubuf: BytesMut::with_capacity(16 * 1024),
-        out: BytesMut::new(),
+        out: BytesMut::with_capacity(16 * 1024),
+        fwd: Vec::with_capacity(16 * 1024),
+        need: 1,
+        reader: ReaderState::default(),
         slots: VecDeque::new(),
         scanner: Scanner::default(),
         state: ClientState::default(),
+        local: None,
+        tunnel_requested: false,
         grace,
     }
     .run()
     .await;
-    reader.abort();
 }
 
 /// Per-connection view kept by the reader (optimistic: it runs ahead of the replies).
@@ -202,179 +206,185 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     Some(Slot::Upstream(track))
 }
 
-async fn read_requests(
-    mut cr: OwnedReadHalf,
-    mut uw: OwnedWriteHalf,
-    tx: mpsc::Sender<Msg>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut st = ReaderState::default();
-    let mut need = 1usize;
-    let mut out = Vec::with_capacity(16 * 1024);
-    'read: loop {
-        let n = tokio::select! {
-            r = cr.read_buf(&mut buf) => r.unwrap_or(0),
-            _ = shutdown.wait_for(|s| *s) => 0,
-        };
-        if n == 0 {
-            break;
-        }
-        if buf.len() < need {
-            continue;
-        }
-        let mut slots = Vec::new();
-        let mut consumed = 0;
-        let mut tunnel = false;
-        out.clear();
-        loop {
-            match parse_request(&buf[consumed..]) {
-                Parsed::Request(req) => {
-                    let bytes = consumed..consumed + req.len;
-                    let slot = classify(&req, &buf[consumed..], &mut st);
-                    consumed += req.len;
-                    match slot {
-                        Some(Slot::Local { .. }) | Some(Slot::Ready(_)) => slots.extend(slot),
-                        Some(Slot::Tunnel) => {
-                            out.extend_from_slice(&buf[bytes.start..]);
-                            consumed = buf.len();
-                            slots.push(Slot::Tunnel);
-                            tunnel = true;
-                            break;
-                        }
-                        other => {
-                            out.extend_from_slice(&buf[bytes]);
-                            slots.extend(other);
-                        }
-                    }
-                }
-                Parsed::Skip(n) => consumed += n,
-                Parsed::Incomplete(n) => {
-                    need = n;
-                    break;
-                }
-                Parsed::Invalid(reason) => {
-                    // Redis answers its own protocol error for these bytes; relay it, then tunnel.
-                    tracing::debug!(%reason, "protocol error from client; handing it to the upstream");
-                    out.extend_from_slice(&buf[consumed..]);
-                    consumed = buf.len();
-                    slots.push(Slot::Tunnel);
-                    tunnel = true;
-                    break;
-                }
-            }
-        }
-        buf.advance(consumed);
-        if !slots.is_empty() && tx.send(Msg::Slots(slots)).await.is_err() {
-            return;
-        }
-        if !out.is_empty() && uw.write_all(&out).await.is_err() {
-            break 'read;
-        }
-        if tunnel {
-            let _ = tokio::io::copy(&mut cr, &mut uw).await;
-            return;
-        }
-    }
-    let _ = tx.send(Msg::ClientGone(uw)).await;
-}
-
-struct Writer {
-    ur: OwnedReadHalf,
-    cw: OwnedWriteHalf,
-    rx: mpsc::Receiver<Msg>,
+struct Session {
+    client: TcpStream,
+    upstream: TcpStream,
     engine: Arc<Engine>,
+    shutdown: watch::Receiver<bool>,
+    /// Client bytes not yet framed.
+    cbuf: BytesMut,
     /// Upstream bytes not yet forwarded.
     ubuf: BytesMut,
     /// Client bytes not yet written.
     out: BytesMut,
+    /// Request bytes to forward upstream.
+    fwd: Vec<u8>,
+    /// Bytes `cbuf` must hold before framing is worth trying again.
+    need: usize,
+    reader: ReaderState,
     slots: VecDeque<Slot>,
     scanner: Scanner,
     state: ClientState,
+    /// The MEM.* command at the front, running.
+    local: Option<(LocalReply, bool)>,
+    /// A tunnel-switching request was seen: client bytes now go upstream unparsed.
+    tunnel_requested: bool,
     grace: Duration,
 }
 
-enum Next {
-    Continue,
-    Stop,
+enum Event {
+    Client(std::io::Result<usize>),
+    Upstream(std::io::Result<usize>),
+    Local(Reply),
+    Shutdown,
+    GraceOver,
 }
 
-impl Writer {
+impl Session {
     async fn run(mut self) {
-        let mut client_gone: Option<OwnedWriteHalf> = None;
+        let mut client_open = true;
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
-            match self.serve_front().await {
-                Ok(Next::Continue) => {}
-                Ok(Next::Stop) => return,
-                Err(reason) => return self.upstream_lost(&reason).await,
+            if let Err(reason) = self.serve_front() {
+                return self.upstream_lost(&reason).await;
+            }
+            if matches!(self.slots.front(), Some(Slot::Tunnel)) && self.local.is_none() {
+                return self.tunnel().await;
             }
             if !self.out.is_empty() {
-                if self.cw.write_all(&self.out).await.is_err() {
+                if self.client.write_all(&self.out).await.is_err() {
                     return;
                 }
                 self.out.clear();
             }
-            if client_gone.is_some() && self.slots.is_empty() {
+            if !client_open && self.slots.is_empty() {
                 return;
             }
-            let sleep = async {
+            let read_client = client_open && self.slots.len() < MAX_PENDING;
+            let grace = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                msg = self.rx.recv(), if client_gone.is_none() => match msg {
-                    Some(Msg::Slots(s)) => self.slots.extend(s),
-                    Some(Msg::ClientGone(uw)) => {
-                        client_gone = Some(uw);
-                        deadline = Some(tokio::time::Instant::now() + self.grace);
+            let event = tokio::select! {
+                r = self.client.read_buf(&mut self.cbuf), if read_client => Event::Client(r),
+                r = self.upstream.read_buf(&mut self.ubuf) => Event::Upstream(r),
+                reply = async { self.local.as_mut().expect("guarded").0.as_mut().await }, if self.local.is_some() => Event::Local(reply),
+                _ = self.shutdown.wait_for(|s| *s), if client_open => Event::Shutdown,
+                _ = grace => Event::GraceOver,
+            };
+            match event {
+                Event::Client(Ok(n)) if n > 0 => {
+                    if let Err(e) = self.take_requests().await {
+                        return self
+                            .upstream_lost(&format!("upstream write failed: {e}"))
+                            .await;
                     }
-                    None => return,
-                },
-                r = self.ur.read_buf(&mut self.ubuf) => match r {
-                    Ok(0) => return self.upstream_lost("upstream closed the connection").await,
-                    Ok(_) => {}
-                    Err(e) => return self.upstream_lost(&format!("upstream connection lost: {e}")).await,
-                },
-                _ = sleep => return,
-            }
-        }
-    }
-
-    /// Take the next complete upstream frame, forwarding any pushes in front of it.
-    fn next_reply(&mut self) -> Result<Option<bytes::Bytes>, String> {
-        loop {
-            match self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())? {
-                None => return Ok(None),
-                Some((len, true)) => {
-                    let push = self.ubuf.split_to(len);
-                    self.out.extend_from_slice(&push);
                 }
-                Some((len, false)) => return Ok(Some(self.ubuf.split_to(len).freeze())),
+                Event::Client(_) | Event::Shutdown => {
+                    // Answer what is queued (bounded), then close.
+                    client_open = false;
+                    deadline = Some(tokio::time::Instant::now() + self.grace);
+                }
+                Event::Upstream(Ok(n)) if n > 0 => {}
+                Event::Upstream(Ok(_)) => {
+                    return self.upstream_lost("upstream closed the connection").await
+                }
+                Event::Upstream(Err(e)) => {
+                    return self
+                        .upstream_lost(&format!("upstream connection lost: {e}"))
+                        .await
+                }
+                Event::Local(reply) => {
+                    let (_, silent) = self.local.take().expect("local was running");
+                    self.slots.pop_front();
+                    if !silent {
+                        reply.encode(self.state.protocol, &mut self.out);
+                    }
+                }
+                Event::GraceOver => return,
             }
         }
     }
 
-    /// Fill as many front slots as the data at hand allows.
-    async fn serve_front(&mut self) -> Result<Next, String> {
+    /// Frame what the client sent, queue slots, forward ordinary requests upstream in one write.
+    async fn take_requests(&mut self) -> std::io::Result<()> {
+        if self.tunnel_requested {
+            self.upstream.write_all(&self.cbuf).await?;
+            self.cbuf.clear();
+            return Ok(());
+        }
+        if self.cbuf.len() < self.need {
+            return Ok(());
+        }
+        self.fwd.clear();
+        let mut consumed = 0;
         loop {
-            match self.slots.front() {
-                None => {
-                    // Pushes (client tracking) may arrive with no request outstanding.
-                    while let Some((len, true)) =
-                        self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())?
-                    {
+            match parse_request(&self.cbuf[consumed..]) {
+                Parsed::Request(req) => {
+                    let at = consumed;
+                    let slot = classify(&req, &self.cbuf[at..], &mut self.reader);
+                    consumed += req.len;
+                    match slot {
+                        Some(Slot::Local { .. }) | Some(Slot::Ready(_)) => self.slots.extend(slot),
+                        Some(Slot::Tunnel) => {
+                            self.fwd.extend_from_slice(&self.cbuf[at..]);
+                            consumed = self.cbuf.len();
+                            self.slots.push_back(Slot::Tunnel);
+                            self.tunnel_requested = true;
+                            break;
+                        }
+                        other => {
+                            self.fwd.extend_from_slice(&self.cbuf[at..consumed]);
+                            self.slots.extend(other);
+                        }
+                    }
+                }
+                Parsed::Skip(n) => consumed += n,
+                Parsed::Incomplete(n) => {
+                    self.need = n;
+                    break;
+                }
+                Parsed::Invalid(reason) => {
+                    // Redis answers its own protocol error for these bytes; relay it, then tunnel.
+                    tracing::debug!(%reason, "protocol error from client; handing it to the upstream");
+                    self.fwd.extend_from_slice(&self.cbuf[consumed..]);
+                    consumed = self.cbuf.len();
+                    self.slots.push_back(Slot::Tunnel);
+                    self.tunnel_requested = true;
+                    break;
+                }
+            }
+        }
+        self.cbuf.advance(consumed);
+        if self.cbuf.is_empty() {
+            self.need = 1;
+        }
+        if !self.fwd.is_empty() {
+            self.upstream.write_all(&self.fwd).await?;
+        }
+        Ok(())
+    }
+
+    /// Fill front slots from what is at hand; start the front MEM.* command if there is one.
+    fn serve_front(&mut self) -> Result<(), String> {
+        loop {
+            // Pushes are forwarded as they come, whatever the front slot is.
+            let frame = loop {
+                match self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())? {
+                    Some((len, true)) => {
                         let push = self.ubuf.split_to(len);
                         self.out.extend_from_slice(&push);
                     }
-                    return Ok(Next::Continue);
+                    Some((len, false)) => break Some(len),
+                    None => break None,
                 }
+            };
+            match self.slots.front() {
                 Some(Slot::Upstream(_)) => {
-                    let Some(frame) = self.next_reply()? else {
-                        return Ok(Next::Continue);
-                    };
+                    let Some(len) = frame else { return Ok(()) };
+                    let frame = self.ubuf.split_to(len);
                     let Some(Slot::Upstream(track)) = self.slots.pop_front() else {
                         unreachable!()
                     };
@@ -388,55 +398,36 @@ impl Writer {
                     reply.encode(self.state.protocol, &mut self.out);
                 }
                 Some(Slot::Local { .. }) => {
-                    let Some(Slot::Local { args, silent }) = self.slots.pop_front() else {
-                        unreachable!()
-                    };
-                    let reply = self.run_local(args).await?;
-                    if !silent {
-                        reply.encode(self.state.protocol, &mut self.out);
+                    if self.local.is_none() {
+                        let Some(Slot::Local { args, silent }) = self.slots.front_mut() else {
+                            unreachable!()
+                        };
+                        let (args, silent) = (std::mem::take(args), *silent);
+                        let engine = self.engine.clone();
+                        let state = self.state.clone();
+                        self.local = Some((
+                            Box::pin(async move { engine.execute(args, &state).await }),
+                            silent,
+                        ));
                     }
+                    return Ok(());
                 }
-                Some(Slot::Tunnel) => {
-                    self.out.extend_from_slice(&self.ubuf);
-                    self.ubuf.clear();
-                    if self.cw.write_all(&self.out).await.is_err() {
-                        return Ok(Next::Stop);
-                    }
-                    self.out.clear();
-                    let _ = tokio::io::copy(&mut self.ur, &mut self.cw).await;
-                    let _ = self.cw.shutdown().await;
-                    return Ok(Next::Stop);
-                }
+                Some(Slot::Tunnel) | None => return Ok(()),
             }
         }
     }
 
-    /// Run a MEM.* command, forwarding pushes that arrive meanwhile.
-    async fn run_local(&mut self, args: Vec<Vec<u8>>) -> Result<Reply, String> {
-        if !self.out.is_empty() {
-            // Replies before this one should not wait for it.
-            let _ = self.cw.write_all(&self.out).await;
-            self.out.clear();
+    /// From the tunnel slot on: the rest of the upstream's bytes go to the client raw, and the
+    /// client's to the upstream.
+    async fn tunnel(mut self) {
+        self.out.extend_from_slice(&self.ubuf);
+        if self.client.write_all(&self.out).await.is_err() {
+            return;
         }
-        let engine = self.engine.clone();
-        let state = self.state.clone();
-        let fut = async move { engine.execute(args, &state).await };
-        tokio::pin!(fut);
-        loop {
-            tokio::select! {
-                reply = &mut fut => return Ok(reply),
-                r = self.ur.read_buf(&mut self.ubuf) => match r {
-                    Ok(0) => return Err("upstream closed the connection".into()),
-                    Err(e) => return Err(format!("upstream connection lost: {e}")),
-                    Ok(_) => {
-                        while let Some((len, true)) = self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())? {
-                            let push = self.ubuf.split_to(len);
-                            let _ = self.cw.write_all(&push).await;
-                        }
-                    }
-                },
-            }
+        if !self.cbuf.is_empty() && self.upstream.write_all(&self.cbuf).await.is_err() {
+            return;
         }
+        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut self.upstream).await;
     }
 
     fn track(&mut self, track: Track, frame: &[u8]) {
@@ -470,14 +461,7 @@ impl Writer {
                 line.encode(self.state.protocol, &mut self.out);
             }
         }
-        // Requests the reader queued but the writer had not taken yet.
-        self.rx.close();
-        while let Ok(Msg::Slots(s)) = self.rx.try_recv() {
-            for _ in s {
-                line.encode(self.state.protocol, &mut self.out);
-            }
-        }
-        let _ = self.cw.write_all(&self.out).await;
-        let _ = self.cw.shutdown().await;
+        let _ = self.client.write_all(&self.out).await;
+        let _ = self.client.shutdown().await;
     }
 }

@@ -2,10 +2,20 @@ use anyhow::Context;
 use clap::Parser;
 use memproxy::config::{Config, Flags};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     let cfg = Config::load(&flags).context("configuration")?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if cfg.worker_threads > 0 {
+        rt.worker_threads(cfg.worker_threads);
+    }
+    rt.enable_all()
+        .build()
+        .context("tokio runtime")?
+        .block_on(serve(cfg))
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cfg.log).context("log filter")?)
         .with_target(false)

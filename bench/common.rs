@@ -1,0 +1,190 @@
+//! Shared by the benchmarks: start the bundled Redis and the release memproxy binary on free
+//! ports, a corpus of agent-memory sentences, percentiles, and table printing. Everything runs on
+//! loopback and stops by itself.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn deps() -> PathBuf {
+    memproxy::Config::default().deps_dir()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn start_redis(extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let d = deps();
+    let child = Command::new(d.join("bin/redis-server"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--loadmodule")
+        .arg(d.join("lib/rejson.so"))
+        .arg("--loadmodule")
+        .arg(d.join("lib/redisearch.so"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (run scripts/setup.sh)");
+    wait_port(port);
+    (Proc(child), port)
+}
+
+/// The release memproxy binary in front of `redis_port`.
+pub fn start_memproxy(redis_port: u16, extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let bin = root().join("target/release/memproxy");
+    assert!(bin.exists(), "build it first: cargo build --release");
+    let child = Command::new(bin)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            &format!("redis://127.0.0.1:{redis_port}"),
+            "--log",
+            "warn",
+        ])
+        .args(extra)
+        .spawn()
+        .expect("memproxy");
+    wait_port(port);
+    (Proc(child), port)
+}
+
+pub fn connect(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Agent-memory sentences (about 10–25 tokens), made distinct by `i` so no cache helps.
+pub fn sentence(i: usize) -> String {
+    const SUBJECTS: [&str; 8] = [
+        "The user",
+        "My manager",
+        "The customer",
+        "Our team",
+        "The agent",
+        "A colleague",
+        "The client",
+        "My sister",
+    ];
+    const VERBS: [&str; 8] = [
+        "prefers",
+        "asked about",
+        "dislikes",
+        "is planning",
+        "mentioned",
+        "forgot",
+        "approved",
+        "wants to revisit",
+    ];
+    const OBJECTS: [&str; 8] = [
+        "concise answers without filler phrases",
+        "the migration of the analytics warehouse to BigQuery",
+        "a high-contrast light theme in editors and dashboards",
+        "the postmortem for the order-routing outage",
+        "restaurant suggestions that avoid peanuts",
+        "the flaky test in the inventory service",
+        "working in the Europe/Berlin time zone",
+        "a weekly summary of open pull requests",
+    ];
+    format!(
+        "{} {} {} (note {i}).",
+        SUBJECTS[i % 8],
+        VERBS[(i / 8) % 8],
+        OBJECTS[(i / 64) % 8]
+    )
+}
+
+/// Percentile of sorted durations, in milliseconds.
+pub fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+/// Run `clients` threads for `dur`, each calling `op(client, seq)` in a loop; returns (ops/s,
+/// sorted latencies).
+pub fn load<S: Send>(
+    clients: usize,
+    dur: Duration,
+    setup: impl Fn(usize) -> S + Sync,
+    op: impl Fn(&mut S, usize) + Sync,
+) -> (f64, Vec<Duration>) {
+    let start = Instant::now();
+    let mut lat: Vec<Duration> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..clients)
+            .map(|c| {
+                let (setup, op) = (&setup, &op);
+                s.spawn(move || {
+                    let mut state = setup(c);
+                    let mut lat = Vec::new();
+                    let mut i = 0;
+                    while start.elapsed() < dur {
+                        let t = Instant::now();
+                        op(&mut state, c * 1_000_000 + i);
+                        lat.push(t.elapsed());
+                        i += 1;
+                    }
+                    lat
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    lat.sort();
+    (lat.len() as f64 / elapsed, lat)
+}
+
+pub fn duration_from_env(name: &str, default_secs: f64) -> Duration {
+    Duration::from_secs_f64(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default_secs),
+    )
+}

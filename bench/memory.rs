@@ -1,0 +1,190 @@
+//! Long-term memory: MEM.REMEMBER and MEM.RECALL latency and throughput at 1, 8 and 32 clients,
+//! with the embedding time (MEM.EMBED of equally fresh texts) beside them; recall p50 with 1k,
+//! 10k and 100k memories in the index (loaded with pipelined JSON.SET of computed vectors); and
+//! Redis memory per stored memory.
+//!
+//! usage: cargo bench --bench memory   (BENCH_SECONDS per cell, default 3; MAX_MEMORIES, default 100000)
+
+#[path = "common.rs"]
+mod common;
+
+use common::*;
+use redis::Value;
+
+/// Small deterministic RNG (xorshift) with a Box–Muller normal.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.next().max(1e-12), self.next());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+fn used_memory(con: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn num_docs(con: &mut redis::Connection) -> i64 {
+    let v: Value = redis::cmd("FT.INFO")
+        .arg("agentmem:idx")
+        .query(con)
+        .unwrap();
+    let Value::Array(a) = v else { panic!() };
+    let i = a
+        .iter()
+        .position(|x| matches!(x, Value::BulkString(b) if b == b"num_docs"))
+        .unwrap();
+    match &a[i + 1] {
+        Value::BulkString(b) => String::from_utf8_lossy(b).parse().unwrap(),
+        Value::Int(n) => *n,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn main() {
+    let dur = duration_from_env("BENCH_SECONDS", 3.0);
+    let max: usize = std::env::var("MAX_MEMORIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let (_redis, rport) = start_redis(&[]);
+    let (_proxy, mport) = start_memproxy(rport, &[]);
+    let mut direct = connect(rport);
+    let mut con = connect(mport);
+    let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap(); // creates the index
+    let mem_empty = used_memory(&mut direct);
+
+    // Base vectors from the real model; the bulk are noisy copies (same distribution of norms).
+    let base: Vec<Vec<f64>> = (0..256)
+        .map(|i| {
+            redis::cmd("MEM.EMBED")
+                .arg(sentence(i))
+                .query(&mut con)
+                .unwrap()
+        })
+        .collect();
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut loaded = 0usize;
+    let mut load_to = |target: usize, direct: &mut redis::Connection| {
+        while loaded < target {
+            let mut pipe = redis::pipe();
+            for _ in 0..500.min(target - loaded) {
+                let b = &base[loaded % base.len()];
+                let mut v: Vec<f64> = b.iter().map(|x| x + 0.02 * rng.normal()).collect();
+                let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                v.iter_mut().for_each(|x| *x /= n);
+                let v32: Vec<f32> = v.iter().map(|x| *x as f32).collect();
+                let id = format!("{:012x}", 0xb000_0000_0000u64 + loaded as u64);
+                let doc = serde_json::json!({
+                    "id": id, "user": "bench", "namespace": "default", "kind": "semantic", "source_thread": "",
+                    "text": sentence(loaded), "embedding": v32, "created_ts": 1.7e9 + loaded as f64, "hit_count": 0
+                });
+                pipe.cmd("JSON.SET")
+                    .arg(format!("agent:mem:{id}"))
+                    .arg("$")
+                    .arg(doc.to_string())
+                    .ignore();
+                loaded += 1;
+            }
+            let _: () = pipe.query(direct).unwrap();
+        }
+    };
+    load_to(1000, &mut direct);
+
+    println!(
+        "# long-term memory, {} s per cell; embedding = MEM.EMBED of equally fresh texts",
+        dur.as_secs_f64()
+    );
+    println!(
+        "{:<34} {:>7} {:>10} {:>9} {:>9}",
+        "what (1k memories in the index)", "clients", "ops/s", "p50_ms", "p99_ms"
+    );
+    for clients in [1usize, 8, 32] {
+        for (what, verb) in [
+            ("embed (MEM.EMBED)", "MEM.EMBED"),
+            ("MEM.REMEMBER", "MEM.REMEMBER"),
+            ("MEM.RECALL", "MEM.RECALL"),
+        ] {
+            let (rate, lat) = load(
+                clients,
+                dur,
+                |_| connect(mport),
+                |c, i| {
+                    let text = format!("{} [{verb} {clients}]", sentence(i));
+                    let mut cmd = redis::cmd(verb);
+                    cmd.arg(&text);
+                    if verb != "MEM.EMBED" {
+                        cmd.arg("USER").arg("bench-live");
+                    }
+                    let _: Value = cmd.query(c).unwrap();
+                },
+            );
+            println!(
+                "{:<34} {:>7} {:>10.1} {:>9.3} {:>9.3}",
+                what,
+                clients,
+                rate,
+                pct(&lat, 0.5),
+                pct(&lat, 0.99)
+            );
+        }
+    }
+
+    println!();
+    println!(
+        "{:<12} {:>14} {:>14} {:>16} {:>14}",
+        "memories", "recall_p50_ms", "embed_p50_ms", "recall-embed_ms", "load_s"
+    );
+    for size in [1_000usize, 10_000, 100_000]
+        .into_iter()
+        .filter(|s| *s <= max)
+    {
+        let t = std::time::Instant::now();
+        load_to(size, &mut direct);
+        let load_s = t.elapsed().as_secs_f64();
+        let mut measure = |verb: &str| {
+            let (_, lat) = load(
+                1,
+                dur,
+                |_| connect(mport),
+                |c, i| {
+                    let mut cmd = redis::cmd(verb);
+                    cmd.arg(format!("{} <{size} {verb}>", sentence(i * 7 + 3)));
+                    if verb == "MEM.RECALL" {
+                        cmd.arg("USER").arg("bench");
+                    }
+                    let _: Value = cmd.query(c).unwrap();
+                },
+            );
+            pct(&lat, 0.5)
+        };
+        let e = measure("MEM.EMBED");
+        let r = measure("MEM.RECALL");
+        println!(
+            "{:<12} {:>14.3} {:>14.3} {:>16.3} {:>14.1}",
+            size,
+            r,
+            e,
+            r - e,
+            load_s
+        );
+    }
+    let docs = num_docs(&mut direct);
+    let used = used_memory(&mut direct) - mem_empty;
+    println!();
+    println!("redis memory per stored memory: {:.0} bytes ({} docs, {:.1} MiB; JSON doc with 384 floats + HNSW + text index)", used as f64 / docs as f64, docs, used as f64 / 1048576.0);
+}

@@ -1,0 +1,183 @@
+//! Soak: 1,000 concurrent client connections for SOAK_SECONDS (default 60) on loopback, mixing
+//! passthrough GET/SET with MEM.RECALL and MEM.REMEMBER, each client pausing THINK_MS (default 50)
+//! between requests. Reports requests served, errors by kind, memproxy's RSS at start / peak / end
+//! and its open file descriptors after the clients have gone.
+//!
+//! usage: cargo bench --bench soak
+
+#[path = "common.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Value;
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let secs = duration_from_env("SOAK_SECONDS", 60.0);
+    let think = Duration::from_millis(
+        std::env::var("THINK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50),
+    );
+    let clients: usize = std::env::var("SOAK_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let (_redis, rport) = start_redis(&["--maxclients", "20000"]);
+    let (proxy, mport) = start_memproxy(rport, &[]);
+    let pid = proxy.0.id();
+    let mut con = connect(mport);
+    for i in 0..200 {
+        let _: Value = redis::cmd("MEM.REMEMBER")
+            .arg(sentence(i))
+            .arg("USER")
+            .arg("soak")
+            .query(&mut con)
+            .unwrap();
+    }
+    drop(con);
+    let rss_start = rss_kib(pid);
+    let served = Arc::new(AtomicU64::new(0));
+    let errors: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(rss_start));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let (served, errors) = (served.clone(), errors.clone());
+            tasks.push(tokio::spawn(async move {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{mport}")).unwrap();
+                let mut con = loop {
+                    match client.get_multiplexed_async_connection().await {
+                        Ok(c) => break c,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                let mut i = c;
+                // Bounded in time and in count.
+                while start.elapsed() < secs && i < c + 100_000 {
+                    let mut cmd;
+                    match i % 100 {
+                        0..=44 => {
+                            cmd = redis::cmd("SET");
+                            cmd.arg(format!("soak:{}", i % 5000)).arg(i);
+                        }
+                        45..=89 => {
+                            cmd = redis::cmd("GET");
+                            cmd.arg(format!("soak:{}", i % 5000));
+                        }
+                        90..=98 => {
+                            cmd = redis::cmd("MEM.RECALL");
+                            cmd.arg(sentence(i % 300)).arg("USER").arg("soak");
+                        }
+                        _ => {
+                            cmd = redis::cmd("MEM.REMEMBER");
+                            cmd.arg(format!("{} [soak {i}]", sentence(i)))
+                                .arg("USER")
+                                .arg("soak");
+                        }
+                    }
+                    match cmd.query_async::<Value>(&mut con).await {
+                        Ok(Value::ServerError(e)) => {
+                            *errors
+                                .lock()
+                                .unwrap()
+                                .entry(format!(
+                                    "{} {}",
+                                    e.code(),
+                                    e.details().unwrap_or("").split(':').next().unwrap_or("")
+                                ))
+                                .or_default() += 1
+                        }
+                        Ok(_) => {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            *errors
+                                .lock()
+                                .unwrap()
+                                .entry(format!("client-side: {}", e.kind_name()))
+                                .or_default() += 1
+                        }
+                    }
+                    i += 1;
+                    tokio::time::sleep(think).await;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(rt);
+    let peak_kib = peak.load(Ordering::Relaxed).max(rss_kib(pid));
+    // Connections close asynchronously; poll until the proxy has released them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fds(pid) > 64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    println!(
+        "# soak: {clients} connections, {elapsed:.1} s, {} ms think time",
+        think.as_millis()
+    );
+    println!(
+        "requests served: {} ({:.0}/s)",
+        served.load(Ordering::Relaxed),
+        served.load(Ordering::Relaxed) as f64 / elapsed
+    );
+    let errs = errors.lock().unwrap();
+    if errs.is_empty() {
+        println!("errors: none");
+    }
+    for (k, n) in errs.iter() {
+        println!("errors {k}: {n}");
+    }
+    println!(
+        "memproxy RSS: start {} MiB, peak {} MiB, end {} MiB",
+        rss_start / 1024,
+        peak_kib / 1024,
+        rss_kib(pid) / 1024
+    );
+    println!("memproxy open fds after the clients left: {}", fds(pid));
+}

@@ -1,0 +1,132 @@
+//! MEM.TURN latency and turns/s at 1, 8 and 32 concurrent clients (one thread each), beside the
+//! Python baseline (bench/turn_baseline.py: the guide's flow with client-side embedding) on the
+//! same Redis and model file, in one run. The baseline's virtualenv (redis-py, onnxruntime from the
+//! cached wheel, tokenizers, numpy) is made in the deps dir on first use.
+//!
+//! usage: cargo bench --bench turn   (BENCH_SECONDS per cell, default 5)
+
+#[path = "common.rs"]
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use redis::Value;
+
+fn python() -> String {
+    let venv = deps().join("bench-venv");
+    let py = venv.join("bin/python");
+    if !py.exists() {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "python3 -m venv failed");
+        let wheel = deps().join("wheels/onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_x86_64.whl");
+        let ok = Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "redis==5.2.1",
+                "tokenizers==0.22.1",
+                "numpy==2.4.6",
+            ])
+            .arg(&wheel)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "pip install of the baseline's packages failed");
+    }
+    py.display().to_string()
+}
+
+fn main() {
+    let dur = duration_from_env("BENCH_SECONDS", 5.0);
+    let py = python();
+    let (_redis, rport) = start_redis(&[]);
+    let (_proxy, mport) = start_memproxy(rport, &[]);
+    let mut con = connect(mport);
+    let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap();
+    for (i, s) in (0..200).map(|i| (i, sentence(i + 5000))) {
+        let _: Value = redis::cmd("MEM.REMEMBER")
+            .arg(s)
+            .arg("USER")
+            .arg(if i % 2 == 0 { "bench-mp" } else { "bench-py" })
+            .query(&mut con)
+            .unwrap();
+    }
+    println!("# MEM.TURN vs the guide's flow in Python (redis-py + onnxruntime, client-side embedding), {} s per cell", dur.as_secs_f64());
+    println!(
+        "{:<30} {:>7} {:>10} {:>9} {:>9}",
+        "what", "clients", "turns/s", "p50_ms", "p99_ms"
+    );
+    let mut ours = Vec::new();
+    for clients in [1usize, 8, 32] {
+        let (rate, lat) = load(
+            clients,
+            dur,
+            |_| connect(mport),
+            |c, i| {
+                let thread = format!("mp-{clients}-{}", i / 1_000_000);
+                let _: Value = redis::cmd("MEM.TURN")
+                    .arg(thread)
+                    .arg("user")
+                    .arg(format!("{} [mp {clients}]", sentence(i)))
+                    .arg("USER")
+                    .arg("bench-mp")
+                    .query(c)
+                    .unwrap();
+            },
+        );
+        println!(
+            "{:<30} {:>7} {:>10.1} {:>9.3} {:>9.3}",
+            "memproxy MEM.TURN",
+            clients,
+            rate,
+            pct(&lat, 0.5),
+            pct(&lat, 0.99)
+        );
+        ours.push((rate, pct(&lat, 0.5)));
+    }
+    let out = Command::new(&py)
+        .arg(root().join("bench/turn_baseline.py"))
+        .arg(rport.to_string())
+        .arg(deps().join("model/all-MiniLM-L6-v2"))
+        .arg(dur.as_secs_f64().to_string())
+        .args(["1", "8", "32"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "baseline failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut theirs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (c, rate, p50, p99) = (
+            v["clients"].as_u64().unwrap(),
+            v["turns_per_s"].as_f64().unwrap(),
+            v["p50_ms"].as_f64().unwrap(),
+            v["p99_ms"].as_f64().unwrap(),
+        );
+        println!(
+            "{:<30} {:>7} {:>10.1} {:>9.3} {:>9.3}",
+            "python baseline (guide flow)", c, rate, p50, p99
+        );
+        theirs.push((rate, p50));
+    }
+    println!();
+    for (i, clients) in [1, 8, 32].iter().enumerate() {
+        println!(
+            "{clients:>2} clients: turns/s {:.2}x the baseline; p50 {:.2}x the baseline",
+            ours[i].0 / theirs[i].0,
+            ours[i].1 / theirs[i].1
+        );
+    }
+    println!("targets: >= 2x turns/s at 8 and 32 clients; p50 <= 0.6x at 1 client");
+}
