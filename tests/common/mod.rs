@@ -65,8 +65,16 @@ impl Redis {
 
     /// Start on a free port, with or without RedisJSON and RediSearch.
     pub fn start_with(modules: bool, extra: &[&str]) -> Redis {
+        Redis::launch(free_port(), modules, extra)
+    }
+
+    /// Start with both modules on a given port (to stand in for a restarted server).
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
+        Redis::launch(port, true, extra)
+    }
+
+    fn launch(port: u16, modules: bool, extra: &[&str]) -> Redis {
         let d = deps();
-        let port = free_port();
         let mut cmd = Command::new(d.join("bin/redis-server"));
         cmd.args([
             "--port",
