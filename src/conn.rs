@@ -327,7 +327,13 @@ impl Session {
                     let slot = classify(&req, &self.cbuf[at..], &mut self.reader);
                     consumed += req.len;
                     match slot {
-                        Some(Slot::Local { .. }) | Some(Slot::Ready(_)) => self.slots.extend(slot),
+                        Some(Slot::Local { ref args, .. }) => {
+                            if !self.slots.is_empty() {
+                                self.engine.prefetch(args);
+                            }
+                            self.slots.extend(slot);
+                        }
+                        Some(Slot::Ready(_)) => self.slots.extend(slot),
                         Some(Slot::Tunnel) => {
                             self.fwd.extend_from_slice(&self.cbuf[at..]);
                             consumed = self.cbuf.len();

@@ -63,6 +63,17 @@ impl Engine {
         &self.upstream
     }
 
+    /// A MEM.* request was queued behind others on its connection: start embedding its text now,
+    /// so that requests of one pipeline are embedded as one batch. Only a cache warm-up: the
+    /// command itself still runs in order, when it reaches the front.
+    pub fn prefetch(&self, args: &[Vec<u8>]) {
+        if let Some(text) = mem::text_to_embed(args) {
+            if text.len() <= self.cfg.max_text_bytes && !text.trim().is_empty() {
+                self.embedder.prefetch(text);
+            }
+        }
+    }
+
     /// Run one MEM.* request; every outcome is a reply (errors included).
     pub async fn execute(&self, args: Vec<Vec<u8>>, client: &ClientState) -> Reply {
         match self.try_execute(args, client).await {

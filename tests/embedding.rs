@@ -51,6 +51,7 @@ fn load(dir: &str) -> onnx::OnnxModel {
         library: cfg.ort_library(),
         intra_threads: 2,
         optimization: 1,
+        spinning: false,
     };
     onnx::OnnxModel::load(&deps().join("model").join(dir), &opts).unwrap()
 }

@@ -58,6 +58,11 @@ impl Cache {
         hit
     }
 
+    /// Whether `text` is cached (without counting a hit or a miss, or touching recency).
+    pub fn contains(&self, text: &str) -> bool {
+        self.inner.lock().expect("cache lock").lru.contains(text)
+    }
+
     pub fn put(&self, text: &str, v: Vector) {
         let c = cost(text, &v);
         if c > self.max_bytes {

@@ -49,6 +49,8 @@ pub struct Embedder {
     queue: crossbeam_channel::Sender<worker::Job>,
     capacity: usize,
     cache: Arc<cache::Cache>,
+    stats: Arc<worker::Stats>,
+    inflight: Arc<worker::InFlight>,
     info: Arc<ModelInfo>,
 }
 
@@ -76,6 +78,7 @@ impl Embedder {
             library: lib,
             intra_threads: threads,
             optimization: cfg.embed_graph_optimization,
+            spinning: cfg.embed_spinning,
         };
         let mut models: Vec<Box<dyn Model>> = Vec::new();
         for _ in 0..cfg.embed_workers {
@@ -104,13 +107,25 @@ impl Embedder {
             max_batch: cfg.embed_max_batch,
             max_wait: std::time::Duration::from_micros(cfg.embed_max_wait_us),
         };
+        let stats = Arc::new(worker::Stats::default());
+        let inflight = Arc::new(worker::InFlight::new());
         for (i, model) in models.into_iter().enumerate() {
-            worker::spawn(i, model, rx.clone(), batching.clone(), cache.clone());
+            worker::spawn(
+                i,
+                model,
+                rx.clone(),
+                batching.clone(),
+                cache.clone(),
+                stats.clone(),
+                inflight.clone(),
+            );
         }
         Embedder {
             queue: tx,
             capacity: cfg.embed_queue,
             cache,
+            stats,
+            inflight,
             info: Arc::new(info),
         }
     }
@@ -123,21 +138,51 @@ impl Embedder {
         &self.cache
     }
 
-    /// The embedding of `text`: from the cache, or from a worker.
+    /// (model runs, texts embedded) so far.
+    pub fn batch_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.stats.batches.load(Relaxed),
+            self.stats.texts.load(Relaxed),
+        )
+    }
+
+    /// The embedding of `text`: from the cache, from a run already under way for the same text,
+    /// or from a worker.
     pub async fn embed(&self, text: &str) -> Result<Vector, EmbedError> {
         if let Some(v) = self.cache.get(text) {
             return Ok(v);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = worker::Job {
-            text: text.to_owned(),
-            reply: tx,
-        };
-        self.queue.try_send(job).map_err(|e| match e {
-            crossbeam_channel::TrySendError::Full(_) => EmbedError::Overloaded(self.capacity),
-            crossbeam_channel::TrySendError::Disconnected(_) => EmbedError::Stopped,
-        })?;
+        match self.inflight.entry(text.to_owned()) {
+            dashmap::Entry::Occupied(mut waiting) => waiting.get_mut().push(tx),
+            dashmap::Entry::Vacant(slot) => {
+                self.queue
+                    .try_send(worker::Job {
+                        text: text.to_owned(),
+                    })
+                    .map_err(|e| match e {
+                        crossbeam_channel::TrySendError::Full(_) => {
+                            EmbedError::Overloaded(self.capacity)
+                        }
+                        crossbeam_channel::TrySendError::Disconnected(_) => EmbedError::Stopped,
+                    })?;
+                slot.insert(vec![tx]);
+            }
+        }
         rx.await.map_err(|_| EmbedError::Stopped)?
+    }
+
+    /// Start embedding `text` in the background so that a later [`Embedder::embed`] finds it
+    /// ready (MEM.* queued behind other requests of a pipeline still batch together).
+    pub fn prefetch(&self, text: String) {
+        if self.cache.contains(&text) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this.embed(&text).await;
+        });
     }
 }
 

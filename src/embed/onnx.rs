@@ -22,6 +22,7 @@ pub struct Options {
     pub library: PathBuf,
     pub intra_threads: usize,
     pub optimization: u8,
+    pub spinning: bool,
 }
 
 pub struct OnnxModel {
@@ -71,6 +72,8 @@ impl OnnxModel {
             .with_optimization_level(level)
             .map_err(|e| load(e.to_string()))?
             .with_intra_threads(opts.intra_threads)
+            .map_err(|e| load(e.to_string()))?
+            .with_intra_op_spinning(opts.spinning)
             .map_err(|e| load(e.to_string()))?
             .commit_from_file(&file)
             .map_err(|e| load(e.to_string()))?;

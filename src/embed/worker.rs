@@ -3,18 +3,28 @@
 //! Each worker owns one model (an ORT session) on a dedicated OS thread, never on the tokio
 //! reactor. A free worker takes everything queued, up to `max_batch`, and runs it as one batch;
 //! it waits up to `max_wait` for more only when that is configured. Results go to the cache and
-//! back to each caller.
+//! to every caller waiting for that text.
 
-use std::time::{Duration, Instant};
-
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::cache::Cache;
 use super::{EmbedError, Model, Vector};
 
 pub struct Job {
     pub text: String,
-    pub reply: tokio::sync::oneshot::Sender<Result<Vector, EmbedError>>,
+}
+
+/// Callers waiting for each text being embedded: identical concurrent requests share one run.
+pub type InFlight =
+    dashmap::DashMap<String, Vec<tokio::sync::oneshot::Sender<Result<Vector, EmbedError>>>>;
+
+/// Model runs and texts embedded, across workers.
+#[derive(Default)]
+pub struct Stats {
+    pub batches: AtomicU64,
+    pub texts: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -29,6 +39,8 @@ pub fn spawn(
     rx: crossbeam_channel::Receiver<Job>,
     b: Batching,
     cache: Arc<Cache>,
+    stats: Arc<Stats>,
+    inflight: Arc<InFlight>,
 ) {
     std::thread::Builder::new()
         .name(format!("embed-{index}"))
@@ -50,24 +62,33 @@ pub fn spawn(
                         }
                     }
                 }
-                // Callers that gave up (client gone) need no work.
-                jobs.retain(|j| !j.reply.is_closed());
-                if jobs.is_empty() {
-                    continue;
-                }
                 let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
                 match model.embed(&texts) {
                     Ok(vectors) => {
-                        for (job, v) in jobs.into_iter().zip(vectors) {
+                        for (job, v) in jobs.iter().zip(vectors) {
                             let v: Vector = v.into();
                             cache.put(&job.text, v.clone());
-                            let _ = job.reply.send(Ok(v));
+                            for waiter in inflight
+                                .remove(&job.text)
+                                .map(|(_, w)| w)
+                                .unwrap_or_default()
+                            {
+                                let _ = waiter.send(Ok(v.clone()));
+                            }
                         }
                     }
                     Err(e) => {
                         tracing::error!(error = %e, batch = texts.len(), "embedding batch failed");
-                        for job in jobs {
-                            let _ = job.reply.send(Err(e.clone()));
+                        for job in &jobs {
+                            for waiter in inflight
+                                .remove(&job.text)
+                                .map(|(_, w)| w)
+                                .unwrap_or_default()
+                            {
+                                let _ = waiter.send(Err(e.clone()));
+                            }
                         }
                     }
                 }

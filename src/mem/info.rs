@@ -3,7 +3,7 @@
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
 //! recall_threshold, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
-//! embed_cache_hits, embed_cache_misses, version, upstream`.
+//! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, version, upstream`.
 
 use crate::engine::Engine;
 use crate::error::MemResult;
@@ -13,6 +13,7 @@ pub async fn apply(engine: &Engine) -> MemResult<Reply> {
     let cfg = engine.config();
     let (docs, failures) = engine.store.index_stats().await?;
     let (hits, misses, _, _) = engine.embedder.cache().stats();
+    let (batches, texts) = engine.embedder.batch_stats();
     let up = engine.upstream_addr();
     Ok(Reply::Map(vec![
         ("index", Reply::text(&cfg.mem_index_name)),
@@ -34,6 +35,8 @@ pub async fn apply(engine: &Engine) -> MemResult<Reply> {
         ("event_key_prefix", Reply::text(&cfg.event_key_prefix)),
         ("embed_cache_hits", Reply::Int(hits as i64)),
         ("embed_cache_misses", Reply::Int(misses as i64)),
+        ("embed_batches", Reply::Int(batches as i64)),
+        ("embed_texts", Reply::Int(texts as i64)),
         ("version", Reply::text(env!("CARGO_PKG_VERSION"))),
         ("upstream", Reply::text(format!("{}:{}", up.host, up.port))),
     ]))

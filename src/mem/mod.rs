@@ -22,6 +22,26 @@ use crate::error::MemResult;
 use crate::resp::Reply;
 use args::Args;
 
+/// The text a MEM.* request will embed, if any (for prefetching; no validation beyond UTF-8).
+pub fn text_to_embed(args: &[Vec<u8>]) -> Option<String> {
+    let verb = String::from_utf8_lossy(args.first()?).to_ascii_lowercase();
+    let at = match verb.as_str() {
+        "mem.embed" | "mem.remember" => 1,
+        "mem.recall" => {
+            let keyword = args.windows(2).any(|w| {
+                w[0].eq_ignore_ascii_case(b"mode") && w[1].eq_ignore_ascii_case(b"keyword")
+            });
+            if keyword {
+                return None;
+            }
+            1
+        }
+        "mem.turn" => 3,
+        _ => return None,
+    };
+    String::from_utf8(args.get(at)?.clone()).ok()
+}
+
 pub enum Command {
     Ping,
     Embed(embed::Embed),

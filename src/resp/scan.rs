@@ -129,7 +129,7 @@ mod tests {
         }
         assert_eq!(
             scan_reply(b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n+OK\r\n"),
-            Ok(Some((27, true)))
+            Ok(Some((24, true)))
         );
         assert!(scan_reply(b"?\r\n").is_err());
         // Resumable: fed byte by byte, it completes exactly once at the end.
