@@ -107,6 +107,9 @@ pub struct Config {
     pub max_turns: usize,
     pub events_max_len: usize,
     pub default_k: usize,
+    /// How RediSearch combines the scope filter with KNN: `auto` (its planner), `batches` (HNSW
+    /// in batches, then filter) or `adhoc_bf` (brute force over the filtered set).
+    pub recall_hybrid_policy: String,
     /// Budget of one MEM.* upstream operation (pipeline or transaction).
     pub op_timeout_ms: u64,
     /// Longest text MEM.* accepts, in bytes.
@@ -157,6 +160,7 @@ impl Default for Config {
             max_turns: 20,
             events_max_len: 1000,
             default_k: 5,
+            recall_hybrid_policy: "auto".into(),
             op_timeout_ms: 2_000,
             max_text_bytes: 64 * 1024,
             bind_scope_to_acl_user: false,
@@ -258,6 +262,15 @@ impl Config {
             return bad(
                 "default_k",
                 format!("{} is not in 1..=1000", self.default_k),
+            );
+        }
+        if !["auto", "batches", "adhoc_bf"].contains(&self.recall_hybrid_policy.as_str()) {
+            return bad(
+                "recall_hybrid_policy",
+                format!(
+                    "{:?} is not auto, batches or adhoc_bf",
+                    self.recall_hybrid_policy
+                ),
             );
         }
         if self.embed_graph_optimization > 3 {

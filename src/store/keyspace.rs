@@ -102,6 +102,8 @@ impl Scope {
 /// Key names and index name, from the configured prefixes.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
+    /// ` HYBRID_POLICY …` for KNN with a filter, or empty to let RediSearch choose.
+    pub knn_policy: String,
     pub index: String,
     pub mem_prefix: String,
     pub session_prefix: String,
@@ -111,6 +113,10 @@ pub struct Keyspace {
 impl Keyspace {
     pub fn new(cfg: &Config) -> Keyspace {
         Keyspace {
+            knn_policy: match cfg.recall_hybrid_policy.as_str() {
+                "auto" => String::new(),
+                p => format!(" HYBRID_POLICY {}", p.to_uppercase()),
+            },
             index: cfg.mem_index_name.clone(),
             mem_prefix: cfg.mem_key_prefix.clone(),
             session_prefix: cfg.session_key_prefix.clone(),
@@ -157,8 +163,9 @@ impl Keyspace {
     /// KNN `k` within the scope (pre-filter in the same query), nearest first.
     pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
         let query = format!(
-            "({})=>[KNN {k} @embedding $vec AS distance]",
-            scope.filter()
+            "({})=>[KNN {k} @embedding $vec{} AS distance]",
+            scope.filter(),
+            self.knn_policy
         );
         let k = k.to_string();
         let mut s = self.spec(query, &[]);
@@ -278,6 +285,7 @@ mod tests {
     #[test]
     fn keyword_terms() {
         let ks = Keyspace {
+            knn_policy: String::new(),
             index: "i".into(),
             mem_prefix: "m:".into(),
             session_prefix: "s:".into(),
