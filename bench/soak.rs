@@ -134,7 +134,7 @@ fn main() {
                             *errors
                                 .lock()
                                 .unwrap()
-                                .entry(format!("client-side: {}", e.kind_name()))
+                                .entry(format!("client-side: {}", format!("{:?}", e.kind())))
                                 .or_default() += 1
                         }
                     }

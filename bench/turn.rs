@@ -55,7 +55,7 @@ fn main() {
         let _: Value = redis::cmd("MEM.REMEMBER")
             .arg(s)
             .arg("USER")
-            .arg(if i % 2 == 0 { "bench-mp" } else { "bench-py" })
+            .arg(if i % 2 == 0 { "bench-mp" } else { "benchpy" })
             .query(&mut con)
             .unwrap();
     }

@@ -93,7 +93,7 @@ def run(clients):
         mine, i = [], 0
         while time.perf_counter() - start < SECONDS:
             t = time.perf_counter()
-            turn(r, f"py-{clients}-{c}", "user", f"{sentence(c * 1000000 + i)} [py {clients}]", "bench-py")
+            turn(r, f"py-{clients}-{c}", "user", f"{sentence(c * 1000000 + i)} [py {clients}]", "benchpy")
             mine.append(time.perf_counter() - t)
             i += 1
         with lock:

@@ -31,15 +31,6 @@ fn references() -> Vec<Reference> {
         .collect()
 }
 
-fn tsv(name: &str) -> Vec<Vec<String>> {
-    std::fs::read_to_string(data(name))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split('\t').map(str::to_string).collect())
-        .collect()
-}
-
 fn mem_embed(con: &mut redis::Connection, text: &str) -> Vec<f32> {
     let v: Vec<f64> = redis::cmd("MEM.EMBED").arg(text).query(con).unwrap();
     v.into_iter().map(|x| x as f32).collect()

@@ -5,15 +5,6 @@ mod common;
 use common::*;
 use redis::Value;
 
-fn tsv(name: &str) -> Vec<Vec<String>> {
-    std::fs::read_to_string(data(name))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split('\t').map(str::to_string).collect())
-        .collect()
-}
-
 fn remember(con: &mut redis::Connection, text: &str, opts: &[&str]) -> Value {
     let mut args = vec!["MEM.REMEMBER", text];
     args.extend_from_slice(opts);

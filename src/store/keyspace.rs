@@ -160,8 +160,8 @@ impl Keyspace {
         spec
     }
 
-    /// KNN `k` within the scope (pre-filter in the same query), nearest first.
-    pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+    /// KNN `k` within the scope (pre-filter in the same query), nearest first, up to LIMIT.
+    fn knn_base(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
         let query = format!(
             "({})=>[KNN {k} @embedding $vec{} AS distance]",
             scope.filter(),
@@ -180,26 +180,21 @@ impl Keyspace {
                 .iter()
                 .map(|a| a.as_bytes().to_vec()),
         );
-        Self::with_return(s, &["distance"])
+        s
+    }
+
+    /// KNN `k` within the scope, with every memory field and the distance.
+    pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        Self::with_return(self.knn_base(scope, k, vector), &["distance"])
     }
 
     /// The nearest memory of the scope, distance only (for dedup).
     pub fn nearest(&self, scope: &Scope, vector: &[f32]) -> Spec {
-        let query = format!("({})=>[KNN 1 @embedding $vec AS distance]", scope.filter());
-        let mut s = self.spec(query, &[]);
-        s.extend([
-            b"PARAMS".to_vec(),
-            b"2".to_vec(),
-            b"vec".to_vec(),
-            vector_blob(vector),
-        ]);
+        let mut s = self.knn_base(scope, 1, vector);
         s.extend(
-            [
-                "SORTBY", "distance", "ASC", "LIMIT", "0", "1", "RETURN", "1", "distance",
-                "DIALECT", "2",
-            ]
-            .iter()
-            .map(|a| a.as_bytes().to_vec()),
+            ["RETURN", "1", "distance", "DIALECT", "2"]
+                .iter()
+                .map(|a| a.as_bytes().to_vec()),
         );
         s
     }

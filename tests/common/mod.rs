@@ -43,6 +43,16 @@ pub fn data(name: &str) -> PathBuf {
     p
 }
 
+/// Rows of a shared TSV file (comment lines skipped), split at tabs.
+pub fn tsv(name: &str) -> Vec<Vec<String>> {
+    std::fs::read_to_string(data(name))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
