@@ -56,7 +56,12 @@ fn element(buf: &[u8], pos: usize) -> Result<Option<(usize, u64)>, ScanError> {
         return Ok(None);
     }
     let kind = buf[pos];
-    let Some(cr) = buf[pos..].iter().position(|&b| b == b'\r').map(|i| pos + i) else {
+    // The header starts after the type byte (which may itself be anything, '\r' included).
+    let Some(cr) = buf[pos + 1..]
+        .iter()
+        .position(|&b| b == b'\r')
+        .map(|i| pos + 1 + i)
+    else {
         return Ok(None);
     };
     if cr + 1 >= buf.len() {
@@ -69,7 +74,10 @@ fn element(buf: &[u8], pos: usize) -> Result<Option<(usize, u64)>, ScanError> {
         b'$' | b'!' | b'=' => {
             let n = int(header)?;
             if n >= 0 {
-                next += n as usize + 2;
+                next = usize::try_from(n)
+                    .ok()
+                    .and_then(|n| next.checked_add(n)?.checked_add(2))
+                    .ok_or_else(|| ScanError(format!("bulk length {n} out of range")))?;
                 if next > buf.len() {
                     return Ok(None);
                 }
@@ -132,6 +140,11 @@ mod tests {
             Ok(Some((24, true)))
         );
         assert!(scan_reply(b"?\r\n").is_err());
+        // Found by cargo fuzz (target framer): a '\r' type byte, and a bulk length near i64::MAX.
+        assert!(scan_reply(b"\r\x80\x00\x9b").is_ok());
+        assert!(scan_reply(b"\r\r\n").is_err());
+        assert_eq!(scan_reply(b"$9223372036854775807\r\nab"), Ok(None));
+        assert!(scan_reply(b"$18446744073709551615\r\nab").is_err());
         // Resumable: fed byte by byte, it completes exactly once at the end.
         let c = b"*3\r\n$3\r\nabc\r\n*1\r\n:1\r\n_\r\n";
         let mut s = Scanner::default();
