@@ -460,7 +460,12 @@ impl Session {
 
     /// The upstream is gone: every outstanding request gets an error, then the client is closed.
     async fn upstream_lost(mut self, reason: &str) {
-        tracing::warn!(%reason, outstanding = self.slots.len(), "upstream lost for a client; closing it");
+        if self.slots.is_empty() {
+            // Nothing outstanding: QUIT, or Redis closing an idle client.
+            tracing::debug!(%reason, "upstream closed an idle client connection");
+        } else {
+            tracing::warn!(%reason, outstanding = self.slots.len(), "upstream lost for a client; closing it");
+        }
         let line = Reply::Error(format!("ERR upstream connection lost: {reason}"));
         while let Some(slot) = self.slots.pop_front() {
             if !matches!(slot, Slot::Local { silent: true, .. }) {

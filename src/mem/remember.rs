@@ -16,8 +16,24 @@ pub struct Remember {
     pub text: String,
     pub scope: Scope,
     pub kind: Kind,
-    pub ttl: Option<u64>,
-    pub dedup: Option<f64>,
+    pub ttl: Ttl,
+    pub dedup: Dedup,
+}
+
+/// TTL as the request gave it.
+pub enum Ttl {
+    /// The kind's default (episodic: `episodic_ttl_seconds`, semantic: none).
+    KindDefault,
+    Seconds(u64),
+    Persist,
+}
+
+/// Dedup as the request gave it.
+pub enum Dedup {
+    /// `dedup_threshold` from the config.
+    Default,
+    At(f64),
+    Off,
 }
 
 /// Options shared with MEM.TURN's write.
@@ -46,15 +62,14 @@ impl Remember {
         let mut scope = o.scope(a)?;
         let kind = scope.kind.take().unwrap_or(Kind::Episodic);
         let ttl = match o.int(a, "TTL", 1..=i64::from(i32::MAX))? {
-            Some(s) => Some(s as u64),
-            None if o.has("PERSIST") => None,
-            // u64::MAX marks "the kind's default", resolved against config in apply.
-            None => Some(u64::MAX),
+            Some(s) => Ttl::Seconds(s as u64),
+            None if o.has("PERSIST") => Ttl::Persist,
+            None => Ttl::KindDefault,
         };
-        let dedup = if o.has("NODEDUP") {
-            None
-        } else {
-            Some(o.float(a, "DEDUP", 0.0..=2.0)?.unwrap_or(f64::NAN))
+        let dedup = match o.float(a, "DEDUP", 0.0..=2.0)? {
+            Some(d) => Dedup::At(d),
+            None if o.has("NODEDUP") => Dedup::Off,
+            None => Dedup::Default,
         };
         Ok(Remember {
             text,
@@ -68,12 +83,15 @@ impl Remember {
     pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
         let cfg = engine.config();
         let ttl = match self.ttl {
-            Some(u64::MAX) => kind_ttl(self.kind, cfg.episodic_ttl_seconds),
-            other => other,
+            Ttl::KindDefault => kind_ttl(self.kind, cfg.episodic_ttl_seconds),
+            Ttl::Seconds(s) => Some(s),
+            Ttl::Persist => None,
         };
-        let dedup = self
-            .dedup
-            .map(|d| if d.is_nan() { cfg.dedup_threshold } else { d });
+        let dedup = match self.dedup {
+            Dedup::Default => Some(cfg.dedup_threshold),
+            Dedup::At(d) => Some(d),
+            Dedup::Off => None,
+        };
         let vector = embed(engine, &self.text).await?;
         let m = NewMemory {
             text: &self.text,
