@@ -63,6 +63,15 @@ impl Engine {
         &self.upstream
     }
 
+    /// The ACL user whose threads this connection may touch: '' when scopes are not bound.
+    pub fn owner(&self, client: &ClientState) -> String {
+        if self.cfg.bind_scope_to_acl_user {
+            client.user.clone().unwrap_or_else(|| "default".into())
+        } else {
+            String::new()
+        }
+    }
+
     /// A MEM.* request was queued behind others on its connection: start embedding its text now,
     /// so that requests of one pipeline are embedded as one batch. Only a cache warm-up: the
     /// command itself still runs in order, when it reaches the front.

@@ -136,6 +136,52 @@ fn acl_users_bound_to_their_scope() {
     assert!(b.read_str().starts_with("-NOPERM"));
     b.cmd(&[b"MEM.FORGET", id.as_bytes()]);
     assert_eq!(b.read_str(), ":0\r\n");
+    // Threads are bound too: alice's session is hers.
+    c.cmd(&[b"MEM.SESSION", b"START", b"alice-thread", b"USER", b"alice"]);
+    assert!(c.read_str().starts_with("*6\r\n"));
+    c.cmd(&[
+        b"MEM.TURN",
+        b"alice-thread",
+        b"user",
+        b"hello from alice",
+        b"USER",
+        b"alice",
+        b"REMEMBER",
+        b"SKIP",
+    ]);
+    assert!(c.read_str().starts_with("*10\r\n"));
+    for req in [
+        vec![b"MEM.SESSION".as_slice(), b"GET", b"alice-thread"],
+        vec![b"MEM.SESSION", b"GOAL", b"alice-thread", b"take over"],
+        vec![b"MEM.SESSION", b"SCRATCHPAD", b"alice-thread", b"scribble"],
+        vec![b"MEM.SESSION", b"START", b"alice-thread", b"USER", b"bob"],
+        vec![b"MEM.EVENTS", b"alice-thread"],
+        vec![
+            b"MEM.TURN",
+            b"alice-thread",
+            b"user",
+            b"hi from bob",
+            b"USER",
+            b"bob",
+        ],
+        vec![b"MEM.SESSION", b"END", b"alice-thread"],
+    ] {
+        b.cmd(&req);
+        let r = b.read_str();
+        assert!(
+            r.starts_with("-NOPERM"),
+            "{:?} -> {r}",
+            String::from_utf8_lossy(&req.concat())
+        );
+    }
+    c.cmd(&[b"MEM.SESSION", b"GET", b"alice-thread"]);
+    let r = c.read_str();
+    assert!(r.contains("hello from alice") && !r.contains("bob"), "{r}");
+    c.cmd(&[b"MEM.EVENTS", b"alice-thread"]);
+    assert!(
+        c.read_str().starts_with("*2\r\n"),
+        "thread_started and one turn, nothing from bob"
+    );
     c.cmd(&[b"MEM.FORGET", id.as_bytes()]);
     assert_eq!(c.read_str(), ":1\r\n");
     // The proxy's own password never shows.

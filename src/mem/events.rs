@@ -22,8 +22,9 @@ impl Events {
         })
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
-        let events = engine.store.events(&self.thread, self.count).await?;
+    /// `owner`: the ACL user the thread must belong to ('' when unbound).
+    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
+        let events = engine.store.events(&self.thread, self.count, owner).await?;
         Ok(Reply::Array(
             events
                 .iter()

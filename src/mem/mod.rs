@@ -105,9 +105,9 @@ impl Command {
             Command::Forget(c) => c.apply(engine, client).await,
             Command::List(c) => c.apply(engine).await,
             Command::Info => info::apply(engine).await,
-            Command::Turn(c) => c.apply(engine).await,
-            Command::Session(c) => c.apply(engine).await,
-            Command::Events(c) => c.apply(engine).await,
+            Command::Turn(c) => c.apply(engine, &engine.owner(client)).await,
+            Command::Session(c) => c.apply(engine, &engine.owner(client)).await,
+            Command::Events(c) => c.apply(engine, &engine.owner(client)).await,
             Command::Unknown(name, rest) => {
                 // Redis's wording: each argument quoted and followed by a space, cut at 128 bytes.
                 let shown: String = rest

@@ -81,7 +81,8 @@ impl SessionCmd {
         }
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+    /// `owner`: the ACL user the thread must belong to ('' when unbound).
+    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
         let store = &engine.store;
         match self {
             SessionCmd::Start {
@@ -90,7 +91,9 @@ impl SessionCmd {
                 agent,
                 goal,
             } => {
-                let (created, event) = store.session_start(&thread, &user, &agent, &goal).await?;
+                let (created, event) = store
+                    .session_start(&thread, &user, &agent, &goal, owner)
+                    .await?;
                 Ok(Reply::Map(vec![
                     ("thread", Reply::text(thread)),
                     ("created", Reply::Int(created as i64)),
@@ -98,7 +101,7 @@ impl SessionCmd {
                 ]))
             }
             SessionCmd::Get(thread) => {
-                let Some(s) = store.session_get(&thread).await? else {
+                let Some(s) = store.session_get(&thread, owner).await? else {
                     return Ok(Reply::Nil);
                 };
                 let mut fields: Vec<(&'static str, Reply)> = Vec::new();
@@ -154,14 +157,19 @@ impl SessionCmd {
                 } else {
                     "scratchpad_set"
                 };
-                match store.session_set(&thread, field, &value, action).await? {
+                match store
+                    .session_set(&thread, field, &value, action, owner)
+                    .await?
+                {
                     Some(_) => Ok(Reply::Status("OK")),
                     None => Err(crate::error::MemError::client(format!(
                         "MEM.SESSION: no session '{thread}' (START it first)"
                     ))),
                 }
             }
-            SessionCmd::End(thread) => Ok(Reply::Int(store.session_end(&thread).await? as i64)),
+            SessionCmd::End(thread) => {
+                Ok(Reply::Int(store.session_end(&thread, owner).await? as i64))
+            }
         }
     }
 }

@@ -62,7 +62,8 @@ impl TurnCmd {
         })
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+    /// `owner`: the ACL user an existing session must belong to ('' when unbound).
+    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
         let cfg = engine.config();
         let vector = embed(engine, &self.content).await?;
         // The turn's memory is written with its thread as source; recall looks across threads.
@@ -91,6 +92,7 @@ impl TurnCmd {
                 ttl: kind_ttl(kind, cfg.episodic_ttl_seconds),
                 dedup: Some(cfg.dedup_threshold),
             }),
+            owner,
         };
         let out = engine.store.turn(&input).await?;
         Ok(Reply::Map(vec![

@@ -43,6 +43,8 @@ pub struct TurnInput<'a> {
     pub recall: Recall<'a>,
     /// `None`: REMEMBER SKIP.
     pub remember: Option<NewMemory<'a>>,
+    /// The ACL user an existing session must belong to ('' when scopes are not bound).
+    pub owner: &'a str,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +53,10 @@ pub struct TurnOutcome {
     pub recalled: Vec<Hit>,
     pub remembered: Option<Remembered>,
     pub event: String,
+}
+
+fn not_yours() -> MemError {
+    MemError::Denied("NOPERM this thread belongs to another user".into())
 }
 
 impl Store {
@@ -70,6 +76,7 @@ impl Store {
         user: &str,
         agent: &str,
         goal: &str,
+        owner: &str,
     ) -> MemResult<(bool, String)> {
         let mut con = self.connection().await?;
         let (now, ttl, maxlen) = self.session_args();
@@ -79,6 +86,7 @@ impl Store {
             .arg(&now)
             .arg(ttl)
             .arg(maxlen)
+            .arg(owner)
             .arg(thread)
             .arg(user)
             .arg(agent)
@@ -99,6 +107,7 @@ impl Store {
         field: &str,
         value: &str,
         action: &str,
+        owner: &str,
     ) -> MemResult<Option<String>> {
         let mut con = self.connection().await?;
         let (now, ttl, maxlen) = self.session_args();
@@ -108,6 +117,7 @@ impl Store {
             .arg(&now)
             .arg(ttl)
             .arg(maxlen)
+            .arg(owner)
             .arg(field)
             .arg(value)
             .arg(action);
@@ -115,7 +125,8 @@ impl Store {
         Ok(array(&v).get(1).and_then(text))
     }
 
-    pub async fn session_get(&self, thread: &str) -> MemResult<Option<SessionView>> {
+    /// The session, or `None`; with an `owner`, a session of another user is refused.
+    pub async fn session_get(&self, thread: &str, owner: &str) -> MemResult<Option<SessionView>> {
         let mut con = self.connection().await?;
         let key = self.keys.session(thread);
         let (all, pttl): (Value, i64) = self
@@ -145,6 +156,9 @@ impl Store {
             if k == "recent_turns" {
                 recent_turns = serde_json::from_str(&v).unwrap_or_default();
             } else {
+                if k == "user" && !owner.is_empty() && v != owner {
+                    return Err(not_yours());
+                }
                 fields.push((k, v));
             }
         }
@@ -156,28 +170,31 @@ impl Store {
     }
 
     /// Delete a session and its event stream; returns whether the session existed.
-    pub async fn session_end(&self, thread: &str) -> MemResult<bool> {
+    pub async fn session_end(&self, thread: &str, owner: &str) -> MemResult<bool> {
         let mut con = self.connection().await?;
-        let (existed, _): (i64, i64) = self
-            .timed(
-                redis::pipe()
-                    .atomic()
-                    .cmd("DEL")
-                    .arg(self.keys.session(thread))
-                    .cmd("DEL")
-                    .arg(self.keys.events(thread))
-                    .query_async(&mut con),
-            )
-            .await?;
+        let (now, ttl, maxlen) = self.session_args();
+        let mut inv = self.scripts.session.key(self.keys.session(thread));
+        inv.key(self.keys.events(thread))
+            .arg("end")
+            .arg(&now)
+            .arg(ttl)
+            .arg(maxlen)
+            .arg(owner);
+        let existed: i64 = self.timed(inv.invoke_async(&mut con)).await?;
         Ok(existed > 0)
     }
 
     /// The newest `count` events of a thread, newest first.
-    pub async fn events(&self, thread: &str, count: usize) -> MemResult<Vec<Event>> {
+    /// With an `owner`, the thread's session must exist and be theirs.
+    pub async fn events(&self, thread: &str, count: usize, owner: &str) -> MemResult<Vec<Event>> {
         let mut con = self.connection().await?;
-        let v: Value = self
+        let (user, v): (Option<String>, Value) = self
             .timed(
-                redis::cmd("XREVRANGE")
+                redis::pipe()
+                    .cmd("HGET")
+                    .arg(self.keys.session(thread))
+                    .arg("user")
+                    .cmd("XREVRANGE")
                     .arg(self.keys.events(thread))
                     .arg("+")
                     .arg("-")
@@ -186,6 +203,13 @@ impl Store {
                     .query_async(&mut con),
             )
             .await?;
+        if !owner.is_empty() {
+            match user {
+                Some(u) if u == owner => {}
+                Some(_) => return Err(not_yours()),
+                None => return Ok(Vec::new()),
+            }
+        }
         Ok(array(&v)
             .iter()
             .map(|entry| {
@@ -231,7 +255,7 @@ impl Store {
                 inv.arg("").arg("").arg(0).arg(-1.0);
             }
         }
-        inv.arg(&self.keys.mem_prefix).arg(specs.len());
+        inv.arg(&self.keys.mem_prefix).arg(t.owner).arg(specs.len());
         for (_, s) in &specs {
             push_spec(&mut inv, s);
         }

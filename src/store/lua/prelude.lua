@@ -66,3 +66,13 @@ local function remember(new_key, doc, ttl, threshold, dedup_spec_at)
   if ttl > 0 then redis.call('EXPIRE', new_key, ttl) end
   return {'new', new_key, distance, redis.call('PTTL', new_key)}
 end
+
+-- With scopes bound to ACL users: a session that exists must belong to `owner` ('' = unbound).
+local function check_owner(key, owner)
+  if owner == nil or owner == '' then return nil end
+  local user = redis.call('HGET', key, 'user')
+  if user and user ~= owner then
+    return redis.error_reply('NOPERM this thread belongs to another user')
+  end
+  return nil
+end

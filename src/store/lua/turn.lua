@@ -1,17 +1,18 @@
 -- One agent turn, atomically. KEYS: session hash, event stream, new memory key.
 -- ARGV: thread role content now session_ttl max_turns events_max_len user agent
---       remember_kind ('' to skip) doc mem_ttl threshold mem_prefix n_recall, then n_recall specs,
+--       remember_kind ('' to skip) doc mem_ttl threshold mem_prefix owner n_recall, then n_recall specs,
 --       then the dedup spec when remembering with dedup.
 -- Order: recall (reads) → remember → append the turn → one event.
 local err = expect_type(KEYS[1], 'hash') or expect_type(KEYS[2], 'stream') or expect_type(KEYS[3], 'ReJSON-RL')
+  or check_owner(KEYS[1], ARGV[15])
 if err then return err end
 local thread, role, content, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, max_turns, maxlen = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local kind, doc, mem_ttl, threshold = ARGV[10], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 
 local prefix = ARGV[14]
-local recalled, i = {}, 16
-for s = 1, tonumber(ARGV[15]) do
+local recalled, i = {}, 17
+for s = 1, tonumber(ARGV[16]) do
   local args
   args, i = read_spec(i)
   recalled[s] = search(args)
