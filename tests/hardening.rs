@@ -436,3 +436,40 @@ fn sigterm_finishes_in_flight_replies_then_exits_zero() {
         "no longer accepting"
     );
 }
+
+#[test]
+fn slow_reader_backpressure_stays_in_redis() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut d = direct(&redis);
+    let big = "x".repeat(1 << 20);
+    let _: () = redis::cmd("SET")
+        .arg("big")
+        .arg(&big)
+        .query(&mut d)
+        .unwrap();
+    let mut c = proxy.raw();
+    let mut burst = Vec::new();
+    for _ in 0..100 {
+        burst.extend(encode(&[b"GET", b"big"]));
+    }
+    c.send(&burst);
+    // The client reads nothing: the proxy must stop reading from its upstream, so the replies
+    // pile up in Redis's output buffer for that connection rather than in the proxy.
+    eventually(
+        "Redis buffering the replies the proxy does not take",
+        || {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut d).unwrap();
+            list.lines().any(|l| {
+                l.split(' ')
+                    .find_map(|f| f.strip_prefix("omem="))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|omem| omem > 32 << 20)
+            })
+        },
+    );
+    for _ in 0..100 {
+        let r = c.read();
+        assert_eq!(r.len(), (1 << 20) + "$1048576\r\n".len() + 2);
+    }
+}
