@@ -287,3 +287,20 @@ fn cache_hits_skip_the_model() {
     assert_eq!(a, b);
     assert!(info(&mut con) > before);
 }
+
+#[test]
+fn model_directory_from_config() {
+    let dir = deps().join("model/all-MiniLM-L6-v2-int8");
+    let proxy = Proxy::start(&shared().redis.url(), |c| {
+        c.model = Some(dir.display().to_string());
+        c.mem_index_name = "int8:idx".into();
+        c.mem_key_prefix = "int8:mem:".into();
+    });
+    let mut con = proxy.client();
+    let info = q(&mut con, &["MEM.INFO"]);
+    assert_eq!(as_str(get(&info, "model")), "all-MiniLM-L6-v2-int8");
+    assert_eq!(as_i64(get(&info, "dim")), 384);
+    let r = &references()[0];
+    let v = mem_embed(&mut con, &r.text);
+    assert!(1.0 - cosine_distance(&v, &r.embedding) >= 0.998);
+}
