@@ -95,6 +95,33 @@ fn each_turn_refreshes_the_ttl() {
 }
 
 #[test]
+fn session_ttl_given_at_start_is_kept_by_later_writes() {
+    let mut con = shared().proxy.client();
+    let thread = unique("own-ttl");
+    q(&mut con, &["MEM.SESSION", "START", &thread, "TTL", "120"]);
+    let ttl =
+        |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.SESSION", "GET", &thread]), "ttl"));
+    assert!((115..=120).contains(&ttl(&mut con)));
+    turn(
+        &mut con,
+        &thread,
+        "user",
+        "a turn refreshes to the session's own ttl",
+        &["REMEMBER", "SKIP"],
+    );
+    q(
+        &mut con,
+        &["MEM.SESSION", "GOAL", &thread, "so does a goal"],
+    );
+    assert!((115..=120).contains(&ttl(&mut con)));
+    assert!(err(
+        &mut con,
+        &["MEM.SESSION", "START", &unique("t"), "TTL", "0"]
+    )
+    .contains("TTL must be an integer"));
+}
+
+#[test]
 fn guide_walkthrough_through_turns() {
     let mut con = shared().proxy.client();
     let user = unique("walk");

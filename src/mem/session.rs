@@ -6,7 +6,8 @@ use crate::error::MemResult;
 use crate::resp::Reply;
 
 /// # Format
-/// `MEM.SESSION START thread [USER u] [AGENT a] [GOAL g] [TTL s]` → map `thread, created, event`;
+/// `MEM.SESSION START thread [USER u] [AGENT a] [GOAL g] [TTL s]` → map `thread, created, event`
+/// (TTL: this session's own TTL, refreshed by each of its writes; default `session_ttl_seconds`);
 /// `MEM.SESSION NEW [USER u] [AGENT a] [GOAL g]` → the same, for a fresh thread id;
 /// `MEM.SESSION GET thread` → the session's fields, `recent_turns` (array of maps) and `ttl`, or nil;
 /// `MEM.SESSION SCRATCHPAD thread text` / `GOAL thread text` → OK (error when there is no session);
@@ -17,6 +18,7 @@ pub enum SessionCmd {
         user: String,
         agent: String,
         goal: String,
+        ttl: Option<u64>,
     },
     Get(String),
     Set {
@@ -31,7 +33,12 @@ impl SessionCmd {
     pub fn parse(a: &mut Args) -> MemResult<SessionCmd> {
         let sub = a.peek_keyword().ok_or_else(|| a.arity())?;
         a.rest_skip(1);
-        let start_opts = [Opt("USER", 1), Opt("AGENT", 1), Opt("GOAL", 1)];
+        let start_opts = [
+            Opt("USER", 1),
+            Opt("AGENT", 1),
+            Opt("GOAL", 1),
+            Opt("TTL", 1),
+        ];
         Ok(match sub.as_str() {
             "START" | "NEW" => {
                 let thread = if sub == "START" {
@@ -45,6 +52,7 @@ impl SessionCmd {
                     user: o.str("USER").unwrap_or("default").into(),
                     agent: o.str("AGENT").unwrap_or("default").into(),
                     goal: o.str("GOAL").unwrap_or("").into(),
+                    ttl: o.int(a, "TTL", 1..=i64::from(i32::MAX))?.map(|t| t as u64),
                 }
             }
             "GET" | "END" => {
@@ -90,9 +98,10 @@ impl SessionCmd {
                 user,
                 agent,
                 goal,
+                ttl,
             } => {
                 let (created, event) = store
-                    .session_start(&thread, &user, &agent, &goal, owner)
+                    .session_start(&thread, &user, &agent, &goal, ttl, owner)
                     .await?;
                 Ok(Reply::Map(vec![
                     ("thread", Reply::text(thread)),

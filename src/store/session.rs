@@ -69,13 +69,15 @@ impl Store {
         )
     }
 
-    /// Create (or update) a session; returns (created, event id).
+    /// Create (or update) a session; `ttl` becomes its own TTL for every later refresh. Returns
+    /// (created, event id).
     pub async fn session_start(
         &self,
         thread: &str,
         user: &str,
         agent: &str,
         goal: &str,
+        own_ttl: Option<u64>,
         owner: &str,
     ) -> MemResult<(bool, String)> {
         let mut con = self.connection().await?;
@@ -90,7 +92,8 @@ impl Store {
             .arg(thread)
             .arg(user)
             .arg(agent)
-            .arg(goal);
+            .arg(goal)
+            .arg(own_ttl.unwrap_or(0));
         let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
         let a = array(&v);
         Ok((

@@ -76,3 +76,10 @@ local function check_owner(key, owner)
   end
   return nil
 end
+
+-- The TTL a session's writes refresh: its own (MEM.SESSION START … TTL s) or the default.
+local function session_ttl(key, default)
+  local own = tonumber(redis.call('HGET', key, 'ttl_seconds'))
+  if own and own > 0 then return own end
+  return default
+end

@@ -1,7 +1,8 @@
 -- Session and event writes. KEYS[1]: session hash, KEYS[2]: event stream.
 -- ARGV[1]: op, ARGV[2]: now, ARGV[3]: session ttl, ARGV[4]: events max len, ARGV[5]: owner
 -- ('' unless scopes are bound to ACL users), then per op:
---   start:      thread user agent goal   (creates or updates; refreshes TTL; event thread_started)
+--   start:      thread user agent goal own_ttl (creates or updates; own_ttl > 0 becomes the
+--               session's TTL for every later refresh; event thread_started)
 --   set:        field value action       (GOAL/SCRATCHPAD on an existing session)
 --   end:                                 (deletes the session and its events; returns 1/0)
 -- Returns {created (0/1), event id}, or nil when 'set' finds no session.
@@ -15,12 +16,17 @@ if op == 'end' then
 end
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if op == 'start' then
+  local own = tonumber(ARGV[10]) or 0
+  if own > 0 then
+    redis.call('HSET', KEYS[1], 'ttl_seconds', own)
+  end
   if not exists then
     redis.call('HSET', KEYS[1], 'thread_id', ARGV[6], 'user', ARGV[7], 'agent', ARGV[8], 'goal', ARGV[9],
       'scratchpad', '', 'turn_count', 0, 'created_ts', now, 'last_active_ts', now, 'recent_turns', '[]')
   else
     redis.call('HSET', KEYS[1], 'user', ARGV[7], 'agent', ARGV[8], 'goal', ARGV[9], 'last_active_ts', now)
   end
+  ttl = session_ttl(KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[1], ttl)
   local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'action', 'thread_started', 'detail', ARGV[9], 'ts', now)
   redis.call('EXPIRE', KEYS[2], ttl)
@@ -28,6 +34,7 @@ if op == 'start' then
 end
 if not exists then return false end
 redis.call('HSET', KEYS[1], ARGV[6], ARGV[7], 'last_active_ts', now)
+ttl = session_ttl(KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[1], ttl)
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'action', ARGV[8], 'detail', ARGV[7], 'ts', now)
 redis.call('EXPIRE', KEYS[2], ttl)

@@ -42,6 +42,7 @@ turns[#turns + 1] = {role = role, content = content, ts = tonumber(now)}
 while #turns > max_turns do table.remove(turns, 1) end
 local count = redis.call('HINCRBY', KEYS[1], 'turn_count', 1)
 redis.call('HSET', KEYS[1], 'recent_turns', cjson.encode(turns), 'last_active_ts', now)
+ttl = session_ttl(KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[1], ttl)
 
 local event = redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'action', 'turn_appended:' .. role,
