@@ -30,6 +30,17 @@ local function search(args)
   return {'ok', r[1], rows}
 end
 
+-- Run `count` search specs starting at ARGV[i]; returns their results and the index after them.
+local function search_specs(count, i)
+  local out = {}
+  for s = 1, count do
+    local args
+    args, i = read_spec(i)
+    out[s] = search(args)
+  end
+  return out, i
+end
+
 local function field(fields, name)
   for i = 1, #fields, 2 do if fields[i] == name then return fields[i + 1] end end
   return nil

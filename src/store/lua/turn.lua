@@ -11,12 +11,7 @@ local ttl, max_turns, maxlen = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local kind, doc, mem_ttl, threshold = ARGV[10], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 
 local prefix = ARGV[14]
-local recalled, i = {}, 17
-for s = 1, tonumber(ARGV[16]) do
-  local args
-  args, i = read_spec(i)
-  recalled[s] = search(args)
-end
+local recalled, i = search_specs(tonumber(ARGV[16]), 17)
 
 local remembered, detail = false, ''
 if kind ~= '' then
