@@ -4,7 +4,7 @@
 //! file uses the same names as the flags with `_` for `-`; unknown keys are an error. Everything is
 //! validated once at start, with a message naming the setting.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
@@ -320,11 +320,6 @@ fn overlay(base: &mut serde_json::Value, top: serde_json::Value) {
             }
         }
     }
-}
-
-/// Does `path` look like a model directory (as opposed to a hub id)?
-pub fn is_model_dir(path: &str) -> bool {
-    Path::new(path).is_dir()
 }
 
 #[cfg(test)]

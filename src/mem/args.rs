@@ -58,10 +58,6 @@ impl Args {
         self.items.drain(..).collect()
     }
 
-    pub fn remaining(&self) -> usize {
-        self.items.len()
-    }
-
     /// The next argument as a keyword (uppercased), without consuming it.
     pub fn peek_keyword(&self) -> Option<String> {
         self.items

@@ -117,7 +117,7 @@ impl Redis {
             port,
             child: Some(child),
         };
-        r.wait_ready(extra.iter().any(|a| *a == "--requirepass"));
+        r.wait_ready(extra.contains(&"--requirepass"));
         r
     }
 
