@@ -69,7 +69,31 @@ impl Store {
         )
     }
 
-    /// Create (or update) a session; `ttl` becomes its own TTL for every later refresh. Returns
+    /// Run session.lua: `op` with the arguments every op takes (now, ttl, max len, owner), then
+    /// the op's own.
+    async fn session_script(
+        &self,
+        thread: &str,
+        op: &str,
+        owner: &str,
+        rest: &[&str],
+    ) -> MemResult<Value> {
+        let mut con = self.connection().await?;
+        let (now, ttl, maxlen) = self.session_args();
+        let mut inv = self.scripts.session.key(self.keys.session(thread));
+        inv.key(self.keys.events(thread))
+            .arg(op)
+            .arg(&now)
+            .arg(ttl)
+            .arg(maxlen)
+            .arg(owner);
+        for a in rest {
+            inv.arg(*a);
+        }
+        self.timed(inv.invoke_async(&mut con)).await
+    }
+
+    /// Create (or update) a session; `own_ttl` becomes its TTL for every later refresh. Returns
     /// (created, event id).
     pub async fn session_start(
         &self,
@@ -80,21 +104,15 @@ impl Store {
         own_ttl: Option<u64>,
         owner: &str,
     ) -> MemResult<(bool, String)> {
-        let mut con = self.connection().await?;
-        let (now, ttl, maxlen) = self.session_args();
-        let mut inv = self.scripts.session.key(self.keys.session(thread));
-        inv.key(self.keys.events(thread))
-            .arg("start")
-            .arg(&now)
-            .arg(ttl)
-            .arg(maxlen)
-            .arg(owner)
-            .arg(thread)
-            .arg(user)
-            .arg(agent)
-            .arg(goal)
-            .arg(own_ttl.unwrap_or(0));
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        let own_ttl = own_ttl.unwrap_or(0).to_string();
+        let v = self
+            .session_script(
+                thread,
+                "start",
+                owner,
+                &[thread, user, agent, goal, &own_ttl],
+            )
+            .await?;
         let a = array(&v);
         Ok((
             a.first().and_then(int) == Some(1),
@@ -112,19 +130,9 @@ impl Store {
         action: &str,
         owner: &str,
     ) -> MemResult<Option<String>> {
-        let mut con = self.connection().await?;
-        let (now, ttl, maxlen) = self.session_args();
-        let mut inv = self.scripts.session.key(self.keys.session(thread));
-        inv.key(self.keys.events(thread))
-            .arg("set")
-            .arg(&now)
-            .arg(ttl)
-            .arg(maxlen)
-            .arg(owner)
-            .arg(field)
-            .arg(value)
-            .arg(action);
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        let v = self
+            .session_script(thread, "set", owner, &[field, value, action])
+            .await?;
         Ok(array(&v).get(1).and_then(text))
     }
 
@@ -174,21 +182,12 @@ impl Store {
 
     /// Delete a session and its event stream; returns whether the session existed.
     pub async fn session_end(&self, thread: &str, owner: &str) -> MemResult<bool> {
-        let mut con = self.connection().await?;
-        let (now, ttl, maxlen) = self.session_args();
-        let mut inv = self.scripts.session.key(self.keys.session(thread));
-        inv.key(self.keys.events(thread))
-            .arg("end")
-            .arg(&now)
-            .arg(ttl)
-            .arg(maxlen)
-            .arg(owner);
-        let existed: i64 = self.timed(inv.invoke_async(&mut con)).await?;
-        Ok(existed > 0)
+        let v = self.session_script(thread, "end", owner, &[]).await?;
+        Ok(int(&v).unwrap_or(0) > 0)
     }
 
-    /// The newest `count` events of a thread, newest first.
-    /// With an `owner`, the thread's session must exist and be theirs.
+    /// The newest `count` events of a thread, newest first. With an `owner`, the thread's session
+    /// must exist and be theirs.
     pub async fn events(&self, thread: &str, count: usize, owner: &str) -> MemResult<Vec<Event>> {
         let mut con = self.connection().await?;
         let (user, v): (Option<String>, Value) = self
