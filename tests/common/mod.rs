@@ -34,16 +34,16 @@ pub fn deps() -> PathBuf {
     d
 }
 
-/// Path of the shared test data (`../shared/data`).
+/// Path of a test data file (`tests/data`, see its README for where each came from).
 pub fn data(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
+        .join("tests/data")
         .join(name);
     assert!(p.exists(), "test data {} not found", p.display());
     p
 }
 
-/// Rows of a shared TSV file (comment lines skipped), split at tabs.
+/// Rows of a test data TSV file (comment lines skipped), split at tabs.
 pub fn tsv(name: &str) -> Vec<Vec<String>> {
     std::fs::read_to_string(data(name))
         .unwrap()
