@@ -116,6 +116,17 @@ pub struct Config {
     pub max_text_bytes: usize,
     /// A connection authenticated as ACL user U may only use `USER U`.
     pub bind_scope_to_acl_user: bool,
+    /// Largest single request a client may send, in bytes; beyond it the client gets a protocol
+    /// error and is closed (Redis's own `proto-max-bulk-len` default).
+    pub max_request_bytes: usize,
+    /// Most arguments one request may have (Redis's own limit).
+    pub max_request_args: usize,
+    /// Bytes the proxy buffers per client in each direction before it stops reading that side:
+    /// replies the client has not read stay in Redis's own (bounded, observable) output buffer,
+    /// requests queued behind a running MEM.* stay in the client's socket.
+    pub client_buffer_bytes: usize,
+    /// Longest a MEM.* request waits for its embedding (queue and model run).
+    pub embed_timeout_ms: u64,
 
     /// Largest batch one model run takes.
     pub embed_max_batch: usize,
@@ -164,6 +175,10 @@ impl Default for Config {
             op_timeout_ms: 2_000,
             max_text_bytes: 64 * 1024,
             bind_scope_to_acl_user: false,
+            max_request_bytes: 512 * 1024 * 1024,
+            max_request_args: 1024 * 1024,
+            client_buffer_bytes: 1024 * 1024,
+            embed_timeout_ms: 10_000,
             embed_max_batch: 32,
             embed_max_wait_us: 0,
             embed_queue: 1024,
@@ -253,9 +268,22 @@ impl Config {
             ("max_text_bytes", self.max_text_bytes),
             ("op_timeout_ms", self.op_timeout_ms as usize),
             ("session_ttl_seconds", self.session_ttl_seconds as usize),
+            ("episodic_ttl_seconds", self.episodic_ttl_seconds as usize),
+            ("max_request_bytes", self.max_request_bytes),
+            ("max_request_args", self.max_request_args),
+            ("client_buffer_bytes", self.client_buffer_bytes),
+            ("embed_timeout_ms", self.embed_timeout_ms as usize),
         ] {
             if v == 0 {
                 return bad(k, "must be at least 1".into());
+            }
+        }
+        for (k, v) in [
+            ("session_ttl_seconds", self.session_ttl_seconds),
+            ("episodic_ttl_seconds", self.episodic_ttl_seconds),
+        ] {
+            if v > i32::MAX as u64 {
+                return bad(k, format!("{v} is more than {} seconds", i32::MAX));
             }
         }
         if !(1..=1000).contains(&self.default_k) {

@@ -1,12 +1,15 @@
 //! One client session: requests in, replies out, in order.
 //!
-//! One task per client selects over three sources: bytes from the client, bytes from the client's
-//! own upstream socket, and the MEM.* command at the front of the reply queue. Requests are framed
-//! as they arrive; ordinary ones are forwarded as their original bytes (one write per read burst)
-//! and each request that Redis answers gets a reply *slot*. Upstream replies fill upstream slots in
-//! order; a MEM.* slot runs its command when it reaches the front, so it sees exactly the protocol
-//! and authentication that the requests before it established. (A single task matters: on small
-//! VMs a cross-thread wakeup per request costs more than the proxying itself.)
+//! One task per client selects over the client socket, the client's own upstream socket, and the
+//! MEM.* command at the front of the reply queue. Requests are framed as they arrive; ordinary
+//! ones are forwarded as their original bytes and each request that Redis answers gets a reply
+//! *slot*. Upstream replies fill upstream slots in order.
+//!
+//! A MEM.* request is a **barrier**: requests after it are held back (not sent upstream) until it
+//! is done. When it reaches the front — every earlier reply in, nothing later sent — the session
+//! lends its upstream socket to the command ([`Link`]), which runs its scripts on it as the
+//! client: same ACL user, database, protocol and `CLIENT REPLY` mode. Then the socket comes back,
+//! the reply fills the slot, and the held requests go upstream.
 //!
 //! Invariants:
 //! - every request that Redis would answer gets exactly one reply, in request order;
@@ -15,8 +18,13 @@
 //!   they arrive, taking no slot;
 //! - after (P|S)SUBSCRIBE, MONITOR, SYNC/PSYNC or a protocol error the connection is a raw tunnel;
 //! - if the upstream breaks, every outstanding request gets an error and the client is closed;
-//! - a client that does not read its replies stops the proxy reading from its upstream (and from
-//!   it), so what the proxy buffers for one client stays bounded.
+//! - when the client goes away its upstream connection is closed at once, whatever is pending on
+//!   it (as Redis frees a client that closed): nothing stays blocked in Redis on its behalf;
+//! - the proxy never blocks on one direction: it keeps reading a client that does not read its
+//!   replies (the replies wait in Redis's own output buffer once `client_buffer_bytes` are
+//!   buffered here), so a client that writes a whole pipeline before reading is served;
+//! - per client the proxy buffers at most about one request (`max_request_bytes`) plus
+//!   `client_buffer_bytes` in each direction; a request over the limits gets a protocol error.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -30,37 +38,50 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::engine::{ClientState, Engine};
-use crate::resp::{parse_request, Parsed, Protocol, Reply, Request, Scanner};
+use crate::resp::{Framer, Parsed, Protocol, Reply, Request, Scanner};
+use crate::upstream::{Link, ReplyMode};
 
 /// What the proxy needs to know of a reply to keep its view of the connection right.
 #[derive(Debug)]
 enum Track {
-    None,
     /// HELLO: on success the protocol (if given) and the user (if AUTH was given) change.
     Hello(Option<Protocol>, Option<String>),
     /// AUTH: on success the connection is authenticated as this user.
     Auth(String),
-    /// RESET: back to RESP2 and the default user.
+    /// SELECT: on success the connection uses this database.
+    Select(i64),
+    /// EXEC of a transaction that queued a SELECT: on success (an array) that database.
+    Exec(i64),
+    /// RESET: back to RESP2, the default user, database 0.
     Reset,
 }
 
 /// One reply slot, in request order.
 #[derive(Debug)]
 enum Slot {
-    /// The reply comes from the upstream.
-    Upstream(Track),
+    /// This many replies from the upstream that need no tracking (run-length: a long pipeline of
+    /// ordinary commands costs one entry).
+    Plain(u64),
+    /// One reply from the upstream that changes the proxy's view of the connection.
+    Tracked(Track),
     /// A MEM.* request, run when it reaches the front; `silent` under CLIENT REPLY OFF/SKIP.
-    Local { args: Vec<Vec<u8>>, silent: bool },
+    Local {
+        args: Vec<Vec<u8>>,
+        mode: ReplyMode,
+        silent: bool,
+    },
     /// A reply known at parse time.
     Ready(Reply),
+    /// Replies owed to a MEM.* command that gave up waiting (timeout): dropped when they come.
+    Discard(usize),
     /// From here on the connection is a byte tunnel.
     Tunnel,
 }
 
-/// Requests queued without a reply yet, beyond which the proxy stops reading from the client.
+/// Slots queued without a reply yet, beyond which the proxy stops reading from the client.
 const MAX_PENDING: usize = 100_000;
 
-type LocalReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
+type LocalRun = Pin<Box<dyn Future<Output = (Reply, Link)> + Send>>;
 
 /// Serve one accepted client until it or its upstream goes away.
 pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
@@ -84,27 +105,42 @@ pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Rece
             return;
         }
     };
-    let grace = Duration::from_millis(cfg.shutdown_grace_ms);
+    let limits = Limits {
+        request_bytes: cfg.max_request_bytes,
+        request_args: cfg.max_request_args as i64,
+        buffer: cfg.client_buffer_bytes,
+    };
     Session {
         client,
-        upstream,
-        engine,
+        upstream: Some(upstream),
+        engine: engine.clone(),
         shutdown,
         cbuf: BytesMut::with_capacity(16 * 1024),
         ubuf: BytesMut::with_capacity(16 * 1024),
         out: BytesMut::with_capacity(16 * 1024),
-        fwd: Vec::with_capacity(16 * 1024),
+        fwd: BytesMut::with_capacity(16 * 1024),
+        held: VecDeque::new(),
         need: 1,
+        framer: Framer::default(),
         reader: ReaderState::default(),
         slots: VecDeque::new(),
+        pending: 0,
         scanner: Scanner::default(),
         state: ClientState::default(),
         local: None,
         tunnel_requested: false,
-        grace,
+        mem_trusted: false,
+        limits,
+        grace: Duration::from_millis(cfg.shutdown_grace_ms),
     }
     .run()
     .await;
+}
+
+struct Limits {
+    request_bytes: usize,
+    request_args: i64,
+    buffer: usize,
 }
 
 /// Per-connection view kept by the reader (optimistic: it runs ahead of the replies).
@@ -113,6 +149,10 @@ struct ReaderState {
     in_multi: bool,
     reply_off: bool,
     skip_next: bool,
+    /// Inside MULTI: the database a queued SELECT will switch to at EXEC.
+    multi_select: Option<i64>,
+    /// Inside MULTI: the reply mode a queued CLIENT REPLY will set at EXEC.
+    multi_reply: Option<ReplyMode>,
 }
 
 fn eq(a: &[u8], b: &str) -> bool {
@@ -123,11 +163,16 @@ fn is_mem(name: &[u8]) -> bool {
     name.len() > 4 && name[..4].eq_ignore_ascii_case(b"mem.")
 }
 
+fn parse_db(arg: &[u8]) -> Option<i64> {
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
 /// Decide what slot a request takes. Returns `None` when Redis sends no reply.
 fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let name = req.arg(buf, 0).unwrap_or_default();
     let arg = |i| req.arg(buf, i).unwrap_or_default();
-    let silent = st.reply_off || std::mem::take(&mut st.skip_next);
+    let skip = std::mem::take(&mut st.skip_next);
+    let silent = st.reply_off || skip;
     if is_mem(name) {
         if st.in_multi {
             let r = Reply::Error(format!(
@@ -136,32 +181,79 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             ));
             return (!silent).then_some(Slot::Ready(r));
         }
+        let mode = if st.reply_off {
+            ReplyMode::Off
+        } else if skip {
+            ReplyMode::Skip
+        } else {
+            ReplyMode::On
+        };
         return Some(Slot::Local {
             args: req.owned_args(buf),
+            mode,
             silent,
         });
     }
-    let mut track = Track::None;
+    let mut track = None;
     if eq(name, "client") && req.argc() == 3 && eq(arg(1), "reply") {
-        if eq(arg(2), "off") {
-            st.reply_off = true;
-            return None;
+        let mode = if eq(arg(2), "off") {
+            Some(ReplyMode::Off)
         } else if eq(arg(2), "skip") {
-            if !st.reply_off {
-                st.skip_next = true;
-            }
-            return None;
+            Some(ReplyMode::Skip)
         } else if eq(arg(2), "on") {
-            st.reply_off = false;
-            return Some(Slot::Upstream(Track::None));
+            Some(ReplyMode::On)
+        } else {
+            None
+        };
+        if st.in_multi {
+            // Queued: takes effect when EXEC runs it.
+            if mode.is_some() {
+                st.multi_reply = mode;
+            }
+        } else {
+            match mode {
+                Some(ReplyMode::Off) => {
+                    st.reply_off = true;
+                    return None;
+                }
+                Some(ReplyMode::Skip) => {
+                    if !st.reply_off {
+                        st.skip_next = true;
+                    }
+                    return None;
+                }
+                Some(ReplyMode::On) => {
+                    st.reply_off = false;
+                    return Some(Slot::Plain(1));
+                }
+                None => {}
+            }
         }
     } else if eq(name, "multi") {
         st.in_multi = true;
     } else if eq(name, "exec") || eq(name, "discard") {
+        let exec = eq(name, "exec") && st.in_multi;
         st.in_multi = false;
+        let select = st.multi_select.take();
+        if let Some(mode) = st.multi_reply.take().filter(|_| exec) {
+            match mode {
+                ReplyMode::Off => st.reply_off = true,
+                ReplyMode::Skip => st.skip_next = !st.reply_off,
+                ReplyMode::On => st.reply_off = false,
+            }
+        }
+        if exec {
+            track = select.map(Track::Exec);
+        }
+    } else if eq(name, "select") && req.argc() == 2 {
+        match (parse_db(arg(1)), st.in_multi) {
+            (Some(db), true) => st.multi_select = Some(db),
+            (Some(db), false) => track = Some(Track::Select(db)),
+            _ => {}
+        }
     } else if eq(name, "reset") {
         *st = ReaderState::default();
-        track = Track::Reset;
+        track = Some(Track::Reset);
     } else if eq(name, "hello") && !st.in_multi {
         let proto = match arg(1) {
             b"2" => Some(Protocol::Resp2),
@@ -178,14 +270,14 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
                 i += 1;
             }
         }
-        track = Track::Hello(proto, user);
+        track = Some(Track::Hello(proto, user));
     } else if eq(name, "auth") && !st.in_multi {
         let user = if req.argc() >= 3 {
             String::from_utf8_lossy(arg(1)).into_owned()
         } else {
             "default".into()
         };
-        track = Track::Auth(user);
+        track = Some(Track::Auth(user));
     } else if !st.in_multi
         && [
             "subscribe",
@@ -203,12 +295,13 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     if silent {
         return None;
     }
-    Some(Slot::Upstream(track))
+    Some(track.map_or(Slot::Plain(1), Slot::Tracked))
 }
 
 struct Session {
     client: TcpStream,
-    upstream: TcpStream,
+    /// The client's upstream socket; `None` while lent to the running MEM.* command.
+    upstream: Option<TcpStream>,
     engine: Arc<Engine>,
     shutdown: watch::Receiver<bool>,
     /// Client bytes not yet framed.
@@ -217,32 +310,43 @@ struct Session {
     ubuf: BytesMut,
     /// Client bytes not yet written.
     out: BytesMut,
-    /// Request bytes to forward upstream.
-    fwd: Vec<u8>,
+    /// Request bytes to write upstream now.
+    fwd: BytesMut,
+    /// Request bytes held behind each queued MEM.* (one segment per barrier, in order).
+    held: VecDeque<BytesMut>,
     /// Bytes `cbuf` must hold before framing is worth trying again.
     need: usize,
+    framer: Framer,
     reader: ReaderState,
     slots: VecDeque<Slot>,
+    /// Replies outstanding (the sum over slots).
+    pending: usize,
     scanner: Scanner,
     state: ClientState,
-    /// The MEM.* command at the front, running.
-    local: Option<(LocalReply, bool)>,
+    /// The MEM.* command at the front, running, and whether its reply is silent.
+    local: Option<(LocalRun, bool)>,
     /// A tunnel-switching request was seen: client bytes now go upstream unparsed.
     tunnel_requested: bool,
+    /// A MEM.* on this connection passed Redis's auth and rights checks since the last AUTH:
+    /// only then are queued MEM.* embedded ahead of their turn (prefetch).
+    mem_trusted: bool,
+    limits: Limits,
     grace: Duration,
 }
 
 enum Event {
-    Client(std::io::Result<usize>),
-    Upstream(std::io::Result<usize>),
-    Local(Reply),
+    ClientRead(std::io::Result<usize>),
+    ClientWrote(std::io::Result<usize>),
+    UpstreamRead(std::io::Result<usize>),
+    UpstreamWrote(std::io::Result<usize>),
+    Local(Reply, Link),
     Shutdown,
     GraceOver,
 }
 
 impl Session {
     async fn run(mut self) {
-        let mut client_open = true;
+        let mut draining = false;
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
             if let Err(reason) = self.serve_front() {
@@ -251,56 +355,83 @@ impl Session {
             if matches!(self.slots.front(), Some(Slot::Tunnel)) && self.local.is_none() {
                 return self.tunnel().await;
             }
-            if !self.out.is_empty() {
-                if self.client.write_all(&self.out).await.is_err() {
-                    return;
-                }
-                self.out.clear();
-            }
-            if !client_open && self.slots.is_empty() {
+            if draining && self.slots.is_empty() && self.out.is_empty() {
                 return;
             }
-            let read_client = client_open && self.slots.len() < MAX_PENDING;
+            let buffered = self.fwd.len() + self.held.iter().map(|h| h.len()).sum::<usize>();
+            let read_client =
+                !draining && self.slots.len() < MAX_PENDING && buffered < self.limits.buffer;
+            let lent = self.upstream.is_none();
+            let read_up = !lent && self.out.len() < self.limits.buffer;
+            let write_up = !lent && !self.fwd.is_empty();
+            let write_client = !self.out.is_empty();
             let grace = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
             };
+            let Session {
+                client,
+                upstream,
+                cbuf,
+                ubuf,
+                out,
+                fwd,
+                local,
+                shutdown,
+                ..
+            } = &mut self;
+            let (mut cr, mut cw) = client.split();
+            let (mut ur, mut uw) = match upstream.as_mut() {
+                Some(u) => {
+                    let (r, w) = u.split();
+                    (Some(r), Some(w))
+                }
+                None => (None, None),
+            };
             let event = tokio::select! {
-                r = self.client.read_buf(&mut self.cbuf), if read_client => Event::Client(r),
-                r = self.upstream.read_buf(&mut self.ubuf) => Event::Upstream(r),
-                reply = async { self.local.as_mut().expect("guarded").0.as_mut().await }, if self.local.is_some() => Event::Local(reply),
-                _ = self.shutdown.wait_for(|s| *s), if client_open => Event::Shutdown,
+                r = cr.read_buf(cbuf), if read_client => Event::ClientRead(r),
+                r = cw.write(out), if write_client => Event::ClientWrote(r),
+                r = async { ur.as_mut().expect("guarded").read_buf(ubuf).await }, if read_up => Event::UpstreamRead(r),
+                r = async { uw.as_mut().expect("guarded").write(fwd).await }, if write_up => Event::UpstreamWrote(r),
+                (reply, link) = async { local.as_mut().expect("guarded").0.as_mut().await }, if local.is_some() => Event::Local(reply, link),
+                _ = shutdown.wait_for(|s| *s), if !draining => Event::Shutdown,
                 _ = grace => Event::GraceOver,
             };
             match event {
-                Event::Client(Ok(n)) if n > 0 => {
-                    if let Err(e) = self.take_requests().await {
-                        return self
-                            .upstream_lost(&format!("upstream write failed: {e}"))
-                            .await;
+                Event::ClientRead(Ok(n)) if n > 0 => {
+                    if let Err(line) = self.take_requests() {
+                        return self.refuse(&line).await;
                     }
                 }
-                Event::Client(_) | Event::Shutdown => {
-                    // Answer what is queued (bounded), then close.
-                    client_open = false;
+                // The client went away: so does everything pending for it (Redis frees a
+                // client that closed, replies and blocked commands included).
+                Event::ClientRead(_) | Event::ClientWrote(Err(_)) => return,
+                Event::ClientWrote(Ok(n)) => self.out.advance(n),
+                Event::Shutdown => {
+                    // Answer what is queued (bounded by the grace), then close.
+                    draining = true;
                     deadline = Some(tokio::time::Instant::now() + self.grace);
                 }
-                Event::Upstream(Ok(n)) if n > 0 => {}
-                Event::Upstream(Ok(_)) => {
+                Event::UpstreamRead(Ok(n)) if n > 0 => {}
+                Event::UpstreamRead(Ok(_)) => {
                     return self.upstream_lost("upstream closed the connection").await
                 }
-                Event::Upstream(Err(e)) => {
+                Event::UpstreamRead(Err(e)) => {
                     return self
                         .upstream_lost(&format!("upstream connection lost: {e}"))
                         .await
                 }
-                Event::Local(reply) => {
-                    let (_, silent) = self.local.take().expect("local was running");
-                    self.slots.pop_front();
-                    if !silent {
-                        reply.encode(self.state.protocol, &mut self.out);
+                Event::UpstreamWrote(Ok(n)) => self.fwd.advance(n),
+                Event::UpstreamWrote(Err(e)) => {
+                    return self
+                        .upstream_lost(&format!("upstream write failed: {e}"))
+                        .await
+                }
+                Event::Local(reply, link) => {
+                    if let Err(reason) = self.local_done(reply, link) {
+                        return self.upstream_lost(&reason).await;
                     }
                 }
                 Event::GraceOver => return,
@@ -308,67 +439,104 @@ impl Session {
         }
     }
 
-    /// Frame what the client sent, queue slots, forward ordinary requests upstream in one write.
-    async fn take_requests(&mut self) -> std::io::Result<()> {
+    /// Where the bytes of a newly framed request go: behind the last queued MEM.*, or out now.
+    fn target(&mut self) -> &mut BytesMut {
+        match self.held.back_mut() {
+            Some(h) => h,
+            None => &mut self.fwd,
+        }
+    }
+
+    fn push_slot(&mut self, slot: Slot) {
+        self.pending += 1;
+        if let (Slot::Plain(n), Some(Slot::Plain(last))) = (&slot, self.slots.back_mut()) {
+            *last += n;
+            return;
+        }
+        self.slots.push_back(slot);
+    }
+
+    /// Frame what the client sent and queue slots; ordinary requests are queued for the upstream
+    /// (now, or behind the MEM.* before them). `Err` is a protocol error line for the client.
+    fn take_requests(&mut self) -> Result<(), String> {
         if self.tunnel_requested {
-            self.upstream.write_all(&self.cbuf).await?;
-            self.cbuf.clear();
+            let bytes = self.cbuf.split();
+            self.target().extend_from_slice(&bytes);
             return Ok(());
         }
         if self.cbuf.len() < self.need {
-            return Ok(());
+            return self.check_partial();
         }
-        self.fwd.clear();
-        let mut consumed = 0;
         loop {
-            match parse_request(&self.cbuf[consumed..]) {
+            match self.framer.parse(&self.cbuf) {
                 Parsed::Request(req) => {
-                    let at = consumed;
-                    let slot = classify(&req, &self.cbuf[at..], &mut self.reader);
-                    consumed += req.len;
+                    let len = req.len;
+                    let slot = classify(&req, &self.cbuf, &mut self.reader);
+                    let bytes = self.cbuf.split_to(len);
                     match slot {
-                        Some(Slot::Local { ref args, .. }) => {
-                            if !self.slots.is_empty() {
+                        Some(Slot::Local {
+                            ref args,
+                            mode: _,
+                            silent: _,
+                        }) => {
+                            if !self.slots.is_empty() && self.mem_trusted {
                                 self.engine.prefetch(args);
                             }
-                            self.slots.extend(slot);
+                            self.push_slot(slot.expect("matched"));
+                            self.held.push_back(BytesMut::new());
                         }
-                        Some(Slot::Ready(_)) => self.slots.extend(slot),
+                        Some(Slot::Ready(_)) => self.push_slot(slot.expect("matched")),
                         Some(Slot::Tunnel) => {
-                            self.fwd.extend_from_slice(&self.cbuf[at..]);
-                            consumed = self.cbuf.len();
-                            self.slots.push_back(Slot::Tunnel);
+                            let rest = self.cbuf.split();
+                            let t = self.target();
+                            t.extend_from_slice(&bytes);
+                            t.extend_from_slice(&rest);
+                            self.push_slot(Slot::Tunnel);
                             self.tunnel_requested = true;
                             break;
                         }
                         other => {
-                            self.fwd.extend_from_slice(&self.cbuf[at..consumed]);
-                            self.slots.extend(other);
+                            self.target().extend_from_slice(&bytes);
+                            if let Some(s) = other {
+                                self.push_slot(s);
+                            }
                         }
                     }
                 }
-                Parsed::Skip(n) => consumed += n,
+                Parsed::Skip(n) => self.cbuf.advance(n),
                 Parsed::Incomplete(n) => {
                     self.need = n;
-                    break;
+                    return self.check_partial();
                 }
                 Parsed::Invalid(reason) => {
                     // Redis answers its own protocol error for these bytes; relay it, then tunnel.
                     tracing::debug!(%reason, "protocol error from client; handing it to the upstream");
-                    self.fwd.extend_from_slice(&self.cbuf[consumed..]);
-                    consumed = self.cbuf.len();
-                    self.slots.push_back(Slot::Tunnel);
+                    let rest = self.cbuf.split();
+                    self.target().extend_from_slice(&rest);
+                    self.push_slot(Slot::Tunnel);
                     self.tunnel_requested = true;
                     break;
                 }
             }
         }
-        self.cbuf.advance(consumed);
-        if self.cbuf.is_empty() {
-            self.need = 1;
+        self.need = 1;
+        Ok(())
+    }
+
+    /// The request being received is within the proxy's limits.
+    fn check_partial(&self) -> Result<(), String> {
+        let args = self.framer.announced_args();
+        if args > self.limits.request_args {
+            return Err(format!(
+                "ERR Protocol error: request has {args} arguments, over the proxy's limit of {} (max_request_args)",
+                self.limits.request_args
+            ));
         }
-        if !self.fwd.is_empty() {
-            self.upstream.write_all(&self.fwd).await?;
+        if self.need > self.limits.request_bytes.saturating_add(INLINE_SLACK) {
+            return Err(format!(
+                "ERR Protocol error: request of more than {} bytes (max_request_bytes)",
+                self.limits.request_bytes
+            ));
         }
         Ok(())
     }
@@ -387,32 +555,56 @@ impl Session {
                     None => break None,
                 }
             };
-            match self.slots.front() {
-                Some(Slot::Upstream(_)) => {
+            match self.slots.front_mut() {
+                Some(Slot::Plain(n)) => {
                     let Some(len) = frame else { return Ok(()) };
                     let frame = self.ubuf.split_to(len);
-                    let Some(Slot::Upstream(track)) = self.slots.pop_front() else {
+                    self.out.extend_from_slice(&frame);
+                    self.pending -= 1;
+                    *n -= 1;
+                    if *n == 0 {
+                        self.slots.pop_front();
+                    }
+                }
+                Some(Slot::Tracked(_)) => {
+                    let Some(len) = frame else { return Ok(()) };
+                    let frame = self.ubuf.split_to(len);
+                    let Some(Slot::Tracked(track)) = self.slots.pop_front() else {
                         unreachable!()
                     };
+                    self.pending -= 1;
                     self.track(track, &frame);
                     self.out.extend_from_slice(&frame);
+                }
+                Some(Slot::Discard(n)) => {
+                    let Some(len) = frame else { return Ok(()) };
+                    self.ubuf.advance(len);
+                    *n -= 1;
+                    if *n == 0 {
+                        self.slots.pop_front();
+                    }
                 }
                 Some(Slot::Ready(_)) => {
                     let Some(Slot::Ready(reply)) = self.slots.pop_front() else {
                         unreachable!()
                     };
+                    self.pending -= 1;
                     reply.encode(self.state.protocol, &mut self.out);
                 }
-                Some(Slot::Local { .. }) => {
-                    if self.local.is_none() {
-                        let Some(Slot::Local { args, silent }) = self.slots.front_mut() else {
-                            unreachable!()
-                        };
-                        let (args, silent) = (std::mem::take(args), *silent);
+                Some(Slot::Local { args, mode, silent }) => {
+                    // Start it once every byte before it is upstream.
+                    if self.local.is_none() && self.fwd.is_empty() {
+                        let (args, mode, silent) = (std::mem::take(args), *mode, *silent);
+                        let stream = self.upstream.take().expect("upstream is home");
+                        let timeout = Duration::from_millis(self.engine.config().op_timeout_ms);
+                        let mut link = Link::new(stream, self.ubuf.split(), mode, timeout);
                         let engine = self.engine.clone();
                         let state = self.state.clone();
                         self.local = Some((
-                            Box::pin(async move { engine.execute(args, &state).await }),
+                            Box::pin(async move {
+                                let reply = engine.execute(args, &state, &mut link).await;
+                                (reply, link)
+                            }),
                             silent,
                         ));
                     }
@@ -423,56 +615,120 @@ impl Session {
         }
     }
 
+    /// The front MEM.* finished: take the socket back, answer, release the requests held behind.
+    fn local_done(&mut self, reply: Reply, link: Link) -> Result<(), String> {
+        let (_, silent) = self.local.take().expect("local was running");
+        self.slots.pop_front();
+        self.pending -= 1;
+        self.out.extend_from_slice(&link.pushes);
+        if let Some(reason) = &link.broken {
+            return Err(reason.clone());
+        }
+        let denied =
+            matches!(&reply, Reply::Error(e) if e.starts_with("NOAUTH") || e.starts_with("NOPERM"));
+        self.mem_trusted = !denied;
+        if !silent {
+            reply.encode(self.state.protocol, &mut self.out);
+        }
+        self.fwd.extend_from_slice(link.restore());
+        self.ubuf = link.buf;
+        self.upstream = Some(link.stream);
+        if link.owed > 0 {
+            self.slots.push_front(Slot::Discard(link.owed));
+        }
+        if let Some(held) = self.held.pop_front() {
+            self.fwd.extend_from_slice(&held);
+        }
+        Ok(())
+    }
+
     /// From the tunnel slot on: the rest of the upstream's bytes go to the client raw, and the
     /// client's to the upstream.
     async fn tunnel(mut self) {
+        let Some(mut upstream) = self.upstream.take() else {
+            return;
+        };
         self.out.extend_from_slice(&self.ubuf);
         if self.client.write_all(&self.out).await.is_err() {
             return;
         }
-        if !self.cbuf.is_empty() && self.upstream.write_all(&self.cbuf).await.is_err() {
+        for held in std::iter::once(self.fwd.split()).chain(self.held.drain(..)) {
+            if upstream.write_all(&held).await.is_err() {
+                return;
+            }
+        }
+        if !self.cbuf.is_empty() && upstream.write_all(&self.cbuf).await.is_err() {
             return;
         }
-        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut self.upstream).await;
+        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut upstream).await;
     }
 
     fn track(&mut self, track: Track, frame: &[u8]) {
         let ok = frame.first() != Some(&b'-') && frame.first() != Some(&b'!');
+        if !ok {
+            return;
+        }
         match track {
-            Track::None => {}
-            Track::Hello(proto, user) if ok => {
+            Track::Hello(proto, user) => {
                 if let Some(p) = proto {
                     self.state.protocol = p;
                 }
                 if let Some(u) = user {
                     self.state.authenticated = true;
                     self.state.user = Some(u);
+                    self.mem_trusted = false;
                 }
             }
-            Track::Auth(user) if ok => {
+            Track::Auth(user) => {
                 self.state.authenticated = true;
                 self.state.user = Some(user);
+                self.mem_trusted = false;
             }
-            Track::Reset => self.state = ClientState::default(),
-            _ => {}
+            Track::Select(db) => self.state.db = db,
+            // An aborted or WATCH-failed EXEC answers an error or a null, not an array.
+            Track::Exec(db) => {
+                if frame.starts_with(b"*") && !frame.starts_with(b"*-1") {
+                    self.state.db = db;
+                }
+            }
+            Track::Reset => {
+                self.state = ClientState::default();
+                self.mem_trusted = false;
+            }
         }
+    }
+
+    /// The client broke a limit: answer the error line, then close (nothing more is read).
+    async fn refuse(mut self, line: &str) {
+        tracing::warn!(%line, "closing a client over a limit");
+        Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
+        let _ = tokio::time::timeout(self.grace, self.client.write_all(&self.out)).await;
+        let _ = self.client.shutdown().await;
     }
 
     /// The upstream is gone: every outstanding request gets an error, then the client is closed.
     async fn upstream_lost(mut self, reason: &str) {
-        if self.slots.is_empty() {
+        if self.pending == 0 {
             // Nothing outstanding: QUIT, or Redis closing an idle client.
             tracing::debug!(%reason, "upstream closed an idle client connection");
         } else {
-            tracing::warn!(%reason, outstanding = self.slots.len(), "upstream lost for a client; closing it");
+            tracing::warn!(%reason, outstanding = self.pending, "upstream lost for a client; closing it");
         }
         let line = Reply::Error(format!("ERR upstream connection lost: {reason}"));
         while let Some(slot) = self.slots.pop_front() {
-            if !matches!(slot, Slot::Local { silent: true, .. }) {
+            let n = match slot {
+                Slot::Local { silent: true, .. } | Slot::Discard(_) => 0,
+                Slot::Plain(n) => n,
+                _ => 1,
+            };
+            for _ in 0..n {
                 line.encode(self.state.protocol, &mut self.out);
             }
         }
-        let _ = self.client.write_all(&self.out).await;
+        let _ = tokio::time::timeout(self.grace, self.client.write_all(&self.out)).await;
         let _ = self.client.shutdown().await;
     }
 }
+
+/// Header bytes a request may take beyond `max_request_bytes` of payload.
+const INLINE_SLACK: usize = 64 * 1024;

@@ -9,7 +9,7 @@ use crate::error::MemError;
 use crate::mem;
 use crate::resp::{Protocol, Reply};
 use crate::store::Store;
-use crate::upstream::UpstreamAddr;
+use crate::upstream::{Link, UpstreamAddr};
 
 /// What a MEM.* command may know of the connection that sent it, as established by the replies
 /// to the requests before it.
@@ -20,6 +20,8 @@ pub struct ClientState {
     pub authenticated: bool,
     /// The ACL user it authenticated as.
     pub user: Option<String>,
+    /// The database it selected.
+    pub db: i64,
 }
 
 pub struct Engine {
@@ -83,9 +85,15 @@ impl Engine {
         }
     }
 
-    /// Run one MEM.* request; every outcome is a reply (errors included).
-    pub async fn execute(&self, args: Vec<Vec<u8>>, client: &ClientState) -> Reply {
-        match self.try_execute(args, client).await {
+    /// Run one MEM.* request on the client's own upstream connection; every outcome is a reply
+    /// (errors included).
+    pub async fn execute(
+        &self,
+        args: Vec<Vec<u8>>,
+        client: &ClientState,
+        link: &mut Link,
+    ) -> Reply {
+        match self.try_execute(args, client, link).await {
             Ok(r) => r,
             Err(e) => {
                 match e.fault() {
@@ -106,21 +114,29 @@ impl Engine {
         &self,
         args: Vec<Vec<u8>>,
         client: &ClientState,
+        link: &mut Link,
     ) -> Result<Reply, MemError> {
-        if !client.authenticated && self.store.upstream_requires_auth().await {
-            return Err(MemError::Denied("NOAUTH Authentication required.".into()));
-        }
+        // As Redis: syntax first, then authentication and rights (from Redis itself, on the
+        // client's connection, before any model run: see mem::embed::embed).
         let cmd = mem::Command::parse(args, &self.cfg)?;
+        if client.db != 0 && cmd.touches_data() {
+            return Err(MemError::client(format!(
+                "memories live in database 0 (RediSearch indexes only database 0); this connection selected database {}",
+                client.db
+            )));
+        }
         if self.cfg.bind_scope_to_acl_user {
             if let Some(scope_user) = cmd.scope_user() {
                 let acl_user = client.user.as_deref().unwrap_or("default");
                 if scope_user != acl_user {
+                    // Redis's order: an unauthenticated connection hears NOAUTH first.
+                    self.store.precheck(link, &[]).await?;
                     return Err(MemError::Denied(format!(
                         "NOPERM this connection is authenticated as '{acl_user}' and may only use USER {acl_user}"
                     )));
                 }
             }
         }
-        cmd.apply(self, client).await
+        cmd.apply(self, client, link).await
     }
 }

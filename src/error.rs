@@ -62,6 +62,33 @@ impl MemError {
         })
     }
 
+    /// A Redis error reply (`code` is its first word): `NOAUTH`/`NOPERM` are the client's,
+    /// anything else the upstream's; Redis's own words are kept.
+    pub fn from_server(code: &str, details: &str) -> Self {
+        let line = if details.is_empty() {
+            code.to_string()
+        } else {
+            format!("{code} {details}")
+        };
+        if code == "NOAUTH" || code == "NOPERM" {
+            return MemError::Denied(line);
+        }
+        if !code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase()) {
+            return MemError::Upstream(UpstreamError {
+                code: Some(code.to_string()),
+                message: details.to_string(),
+            });
+        }
+        // Modules sometimes answer plain sentences ("Unknown index name").
+        MemError::upstream(format!("error: {line}"))
+    }
+
+    /// The index is gone (FLUSHALL, FLUSHDB, FT.DROPINDEX): create it again and retry.
+    pub fn is_missing_index(&self) -> bool {
+        let text = self.to_string().to_lowercase();
+        text.contains("no such index") || text.contains("unknown index name")
+    }
+
     pub fn fault(&self) -> Fault {
         match self {
             MemError::Client(_) | MemError::Denied(_) => Fault::Client,

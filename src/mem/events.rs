@@ -4,6 +4,7 @@ use super::args::{Args, Opt};
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.EVENTS thread [COUNT n]` → array of maps `id, action, detail, ts` (default COUNT 20).
@@ -23,8 +24,11 @@ impl Events {
     }
 
     /// `owner`: the ACL user the thread must belong to ('' when unbound).
-    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
-        let events = engine.store.events(&self.thread, self.count, owner).await?;
+    pub async fn apply(self, engine: &Engine, link: &mut Link, owner: &str) -> MemResult<Reply> {
+        let events = engine
+            .store
+            .events(link, &self.thread, self.count, owner)
+            .await?;
         Ok(Reply::Array(
             events
                 .iter()

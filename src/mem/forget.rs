@@ -5,6 +5,7 @@ use crate::engine::{ClientState, Engine};
 use crate::error::MemResult;
 use crate::resp::Reply;
 use crate::store::Scope;
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.FORGET id` → 1 or 0; `MEM.FORGET USER u [NS ns] [KIND k]` → the number deleted. Without NS
@@ -34,7 +35,12 @@ impl Forget {
         }
     }
 
-    pub async fn apply(self, engine: &Engine, client: &ClientState) -> MemResult<Reply> {
+    pub async fn apply(
+        self,
+        engine: &Engine,
+        link: &mut Link,
+        client: &ClientState,
+    ) -> MemResult<Reply> {
         let n = match self {
             Forget::Id(id) => {
                 // Bound to an ACL user, a connection may only delete that user's memories.
@@ -42,9 +48,9 @@ impl Forget {
                     .config()
                     .bind_scope_to_acl_user
                     .then(|| client.user.clone().unwrap_or_else(|| "default".into()));
-                engine.store.forget_id(&id, owner.as_deref()).await?
+                engine.store.forget_id(link, &id, owner.as_deref()).await?
             }
-            Forget::Scope(scope) => engine.store.forget_scope(&scope).await?,
+            Forget::Scope(scope) => engine.store.forget_scope(link, &scope).await?,
         };
         Ok(Reply::Int(n))
     }

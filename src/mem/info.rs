@@ -8,10 +8,11 @@
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::upstream::Link;
 
-pub async fn apply(engine: &Engine) -> MemResult<Reply> {
+pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
     let cfg = engine.config();
-    let (docs, failures) = engine.store.index_stats().await?;
+    let (docs, failures) = engine.store.index_stats(link).await?;
     let (hits, misses, _, _) = engine.embedder.cache().stats();
     let (batches, texts) = engine.embedder.batch_stats();
     let up = engine.upstream_addr();

@@ -6,6 +6,7 @@ use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
 use crate::store::Scope;
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.LIST [USER u] [NS ns] [KIND k] [LIMIT offset count]` → array of memories (default LIMIT 0 20).
@@ -37,10 +38,10 @@ impl List {
         })
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         let hits = engine
             .store
-            .list(&self.scope, self.offset, self.count)
+            .list(link, &self.scope, self.offset, self.count)
             .await?;
         Ok(Reply::Array(hits.iter().map(hit::listed).collect()))
     }

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::engine::{ClientState, Engine};
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::upstream::Link;
 use args::Args;
 
 /// The text a MEM.* request will embed, if any (for prefetching; no validation beyond UTF-8).
@@ -96,18 +97,36 @@ impl Command {
         }
     }
 
-    pub async fn apply(self, engine: &Engine, client: &ClientState) -> MemResult<Reply> {
+    /// Whether the command reads or writes memproxy's data (and so needs database 0).
+    pub fn touches_data(&self) -> bool {
+        !matches!(
+            self,
+            Command::Ping | Command::Embed(_) | Command::Unknown(..)
+        )
+    }
+
+    /// Run on the client's own upstream connection (`link`).
+    pub async fn apply(
+        self,
+        engine: &Engine,
+        client: &ClientState,
+        link: &mut Link,
+    ) -> MemResult<Reply> {
         match self {
-            Command::Ping => Ok(Reply::Status("PONG")),
-            Command::Embed(c) => c.apply(engine).await,
-            Command::Remember(c) => c.apply(engine).await,
-            Command::Recall(c) => c.apply(engine).await,
-            Command::Forget(c) => c.apply(engine, client).await,
-            Command::List(c) => c.apply(engine).await,
-            Command::Info => info::apply(engine).await,
-            Command::Turn(c) => c.apply(engine, &engine.owner(client)).await,
-            Command::Session(c) => c.apply(engine, &engine.owner(client)).await,
-            Command::Events(c) => c.apply(engine, &engine.owner(client)).await,
+            Command::Ping => {
+                // Through to Redis, as the client: NOAUTH and friends come from there.
+                crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
+                Ok(Reply::Status("PONG"))
+            }
+            Command::Embed(c) => c.apply(engine, link).await,
+            Command::Remember(c) => c.apply(engine, link).await,
+            Command::Recall(c) => c.apply(engine, link).await,
+            Command::Forget(c) => c.apply(engine, link, client).await,
+            Command::List(c) => c.apply(engine, link).await,
+            Command::Info => info::apply(engine, link).await,
+            Command::Turn(c) => c.apply(engine, link, &engine.owner(client)).await,
+            Command::Session(c) => c.apply(engine, link, &engine.owner(client)).await,
+            Command::Events(c) => c.apply(engine, link, &engine.owner(client)).await,
             Command::Unknown(name, rest) => {
                 // Redis's wording: each argument quoted and followed by a space, cut at 128 bytes.
                 let shown: String = rest

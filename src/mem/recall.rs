@@ -9,6 +9,7 @@ use crate::error::MemResult;
 use crate::resp::Reply;
 use crate::store::memory::{Recall, Retrieval};
 use crate::store::Scope;
+use crate::upstream::Link;
 
 /// Largest K.
 pub const MAX_K: i64 = 1000;
@@ -82,11 +83,14 @@ impl RecallCmd {
         })
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         // Keyword recall needs no embedding.
         let vector = match self.opts.mode {
             Retrieval::Keyword => None,
-            _ => Some(embed(engine, &self.query).await?),
+            _ => {
+                let rights = engine.store.keys.rights_read();
+                Some(embed(engine, link, &self.query, &rights).await?)
+            }
         };
         let r = Recall {
             scope: &self.scope,
@@ -97,7 +101,7 @@ impl RecallCmd {
             mode: self.opts.mode,
             weights: self.opts.weights,
         };
-        let hits = engine.store.recall(&r).await?;
+        let hits = engine.store.recall(link, &r).await?;
         Ok(Reply::Array(hits.iter().map(hit::recalled).collect()))
     }
 }

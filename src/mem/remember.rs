@@ -8,6 +8,7 @@ use crate::error::MemResult;
 use crate::resp::Reply;
 use crate::store::memory::NewMemory;
 use crate::store::{Kind, Scope};
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.REMEMBER text [USER u] [NS ns] [KIND episodic|semantic] [THREAD t] [TTL seconds | PERSIST]
@@ -80,7 +81,7 @@ impl Remember {
         })
     }
 
-    pub async fn apply(self, engine: &Engine) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         let cfg = engine.config();
         let ttl = match self.ttl {
             Ttl::KindDefault => kind_ttl(self.kind, cfg.episodic_ttl_seconds),
@@ -92,7 +93,11 @@ impl Remember {
             Dedup::At(d) => Some(d),
             Dedup::Off => None,
         };
-        let vector = embed(engine, &self.text).await?;
+        let rights = engine
+            .store
+            .keys
+            .rights_remember(&engine.store.keys.memory("0"));
+        let vector = embed(engine, link, &self.text, &rights).await?;
         let m = NewMemory {
             text: &self.text,
             scope: &self.scope,
@@ -100,7 +105,7 @@ impl Remember {
             ttl,
             dedup,
         };
-        let r = engine.store.remember(&m, &vector).await?;
+        let r = engine.store.remember(link, &m, &vector).await?;
         Ok(hit::remembered(&r))
     }
 }

@@ -4,6 +4,7 @@ use super::args::{Args, Opt};
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.SESSION START thread [USER u] [AGENT a] [GOAL g] [TTL s]` → map `thread, created, event`
@@ -90,7 +91,7 @@ impl SessionCmd {
     }
 
     /// `owner`: the ACL user the thread must belong to ('' when unbound).
-    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link, owner: &str) -> MemResult<Reply> {
         let store = &engine.store;
         match self {
             SessionCmd::Start {
@@ -101,7 +102,7 @@ impl SessionCmd {
                 ttl,
             } => {
                 let (created, event) = store
-                    .session_start(&thread, &user, &agent, &goal, ttl, owner)
+                    .session_start(link, &thread, &user, &agent, &goal, ttl, owner)
                     .await?;
                 Ok(Reply::Map(vec![
                     ("thread", Reply::text(thread)),
@@ -110,7 +111,7 @@ impl SessionCmd {
                 ]))
             }
             SessionCmd::Get(thread) => {
-                let Some(s) = store.session_get(&thread, owner).await? else {
+                let Some(s) = store.session_get(link, &thread, owner).await? else {
                     return Ok(Reply::Nil);
                 };
                 let mut fields: Vec<(&'static str, Reply)> = Vec::new();
@@ -167,7 +168,7 @@ impl SessionCmd {
                     "scratchpad_set"
                 };
                 match store
-                    .session_set(&thread, field, &value, action, owner)
+                    .session_set(link, &thread, field, &value, action, owner)
                     .await?
                 {
                     Some(_) => Ok(Reply::Status("OK")),
@@ -176,9 +177,9 @@ impl SessionCmd {
                     ))),
                 }
             }
-            SessionCmd::End(thread) => {
-                Ok(Reply::Int(store.session_end(&thread, owner).await? as i64))
-            }
+            SessionCmd::End(thread) => Ok(Reply::Int(
+                store.session_end(link, &thread, owner).await? as i64,
+            )),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::resp::Reply;
 use crate::store::memory::{NewMemory, Recall};
 use crate::store::session::TurnInput;
 use crate::store::{Kind, Scope};
+use crate::upstream::Link;
 
 /// # Format
 /// `MEM.TURN thread role content [USER u] [NS ns] [AGENT a] [REMEMBER episodic|semantic|SKIP] [K n]
@@ -63,9 +64,11 @@ impl TurnCmd {
     }
 
     /// `owner`: the ACL user an existing session must belong to ('' when unbound).
-    pub async fn apply(self, engine: &Engine, owner: &str) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link, owner: &str) -> MemResult<Reply> {
         let cfg = engine.config();
-        let vector = embed(engine, &self.content).await?;
+        let keys = &engine.store.keys;
+        let rights = keys.rights_turn(&self.thread, &keys.memory("0"));
+        let vector = embed(engine, link, &self.content, &rights).await?;
         // The turn's memory is written with its thread as source; recall looks across threads.
         let write_scope = Scope {
             thread: Some(self.thread.clone()),
@@ -94,7 +97,7 @@ impl TurnCmd {
             }),
             owner,
         };
-        let out = engine.store.turn(&input).await?;
+        let out = engine.store.turn(link, &input).await?;
         Ok(Reply::Map(vec![
             ("thread", Reply::text(&self.thread)),
             ("turn_count", Reply::Int(out.turn_count)),

@@ -16,5 +16,5 @@ pub mod request;
 pub mod scan;
 
 pub use reply::{Protocol, Reply};
-pub use request::{parse_request, Parsed, Request};
+pub use request::{parse_request, Framer, Parsed, Request};
 pub use scan::{scan_reply, ScanError, Scanner};

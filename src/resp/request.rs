@@ -101,57 +101,102 @@ fn parse_int(digits: &[u8]) -> Option<i64> {
 }
 
 fn parse_multibulk(buf: &[u8]) -> Parsed {
-    let Some(eol) = find_crlf(buf, 1) else {
-        return if buf.len() > INLINE_MAX {
-            Parsed::Invalid("too big mbulk count string".into())
-        } else {
-            Parsed::Incomplete(buf.len() + 1)
+    Framer::default().parse(buf)
+}
+
+/// A multibulk request parsed part of the way: resumed where it stopped, so a request that
+/// arrives in many reads is walked once (parsing stays linear in its size).
+#[derive(Debug, Default)]
+struct Partial {
+    count: i64,
+    pos: usize,
+    args: Vec<Range<usize>>,
+}
+
+/// Request framing over a growing buffer whose front is the request being parsed.
+#[derive(Debug, Default)]
+pub struct Framer {
+    partial: Option<Partial>,
+}
+
+impl Framer {
+    /// Parse the request at the front of `buf` (the same front as the previous call, grown, until
+    /// a complete request, a skip or an error is returned).
+    pub fn parse(&mut self, buf: &[u8]) -> Parsed {
+        let mut p = match self.partial.take() {
+            Some(p) => p,
+            None => {
+                if buf.first() != Some(&b'*') {
+                    return parse_request(buf);
+                }
+                let Some(eol) = find_crlf(buf, 1) else {
+                    return if buf.len() > INLINE_MAX {
+                        Parsed::Invalid("too big mbulk count string".into())
+                    } else {
+                        Parsed::Incomplete(buf.len() + 1)
+                    };
+                };
+                let count = match parse_int(&buf[1..eol]) {
+                    Some(n) if n <= MULTIBULK_MAX => n,
+                    _ => return Parsed::Invalid("invalid multibulk length".into()),
+                };
+                let pos = eol + 2;
+                if count <= 0 {
+                    // Redis skips "*0" and "*-1" silently.
+                    return if buf.len() < pos {
+                        Parsed::Incomplete(pos)
+                    } else {
+                        Parsed::Skip(pos)
+                    };
+                }
+                Partial {
+                    count,
+                    pos,
+                    args: Vec::with_capacity(count.min(1024) as usize),
+                }
+            }
         };
-    };
-    let count = match parse_int(&buf[1..eol]) {
-        Some(n) if n <= MULTIBULK_MAX => n,
-        _ => return Parsed::Invalid("invalid multibulk length".into()),
-    };
-    let mut pos = eol + 2;
-    if count <= 0 {
-        // Redis skips "*0" and "*-1" silently.
-        return if buf.len() < pos {
-            Parsed::Incomplete(pos)
-        } else {
-            Parsed::Skip(pos)
-        };
-    }
-    let mut args = Vec::with_capacity(count.min(1024) as usize);
-    for _ in 0..count {
-        if pos >= buf.len() {
-            return Parsed::Incomplete(pos + 1);
-        }
-        if buf[pos] != b'$' {
-            return Parsed::Invalid(format!("expected '$', got '{}'", buf[pos] as char));
-        }
-        let Some(eol) = find_crlf(buf, pos + 1) else {
-            return if buf.len() - pos > INLINE_MAX {
-                Parsed::Invalid("too big bulk count string".into())
-            } else {
-                Parsed::Incomplete(buf.len() + 1)
+        while (p.args.len() as i64) < p.count {
+            let pos = p.pos;
+            if pos >= buf.len() {
+                let need = pos + 1;
+                self.partial = Some(p);
+                return Parsed::Incomplete(need);
+            }
+            if buf[pos] != b'$' {
+                return Parsed::Invalid(format!("expected '$', got '{}'", buf[pos] as char));
+            }
+            let Some(eol) = find_crlf(buf, pos + 1) else {
+                if buf.len() - pos > INLINE_MAX {
+                    return Parsed::Invalid("too big bulk count string".into());
+                }
+                let need = buf.len() + 1;
+                self.partial = Some(p);
+                return Parsed::Incomplete(need);
             };
-        };
-        let len = match parse_int(&buf[pos + 1..eol]) {
-            Some(n) if (0..=BULK_MAX).contains(&n) => n as usize,
-            _ => return Parsed::Invalid("invalid bulk length".into()),
-        };
-        let start = eol + 2;
-        let end = start + len;
-        if buf.len() < end + 2 {
-            return Parsed::Incomplete(end + 2);
+            let len = match parse_int(&buf[pos + 1..eol]) {
+                Some(n) if (0..=BULK_MAX).contains(&n) => n as usize,
+                _ => return Parsed::Invalid("invalid bulk length".into()),
+            };
+            let start = eol + 2;
+            let end = start + len;
+            if buf.len() < end + 2 {
+                self.partial = Some(p);
+                return Parsed::Incomplete(end + 2);
+            }
+            p.args.push(start..end);
+            p.pos = end + 2;
         }
-        args.push(start..end);
-        pos = end + 2;
+        Parsed::Request(Request {
+            len: p.pos,
+            args: Args::Ranges(p.args),
+        })
     }
-    Parsed::Request(Request {
-        len: pos,
-        args: Args::Ranges(args),
-    })
+
+    /// Arguments announced by the request being parsed (0 when none is under way).
+    pub fn announced_args(&self) -> i64 {
+        self.partial.as_ref().map_or(0, |p| p.count)
+    }
 }
 
 fn parse_inline(buf: &[u8]) -> Parsed {
@@ -288,6 +333,25 @@ mod tests {
                 "cut {cut}"
             );
         }
+    }
+
+    #[test]
+    fn resumed_parse_equals_whole_parse() {
+        let mut full = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n".to_vec();
+        full.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        let whole = parse_request(&full);
+        let mut f = Framer::default();
+        let mut got = None;
+        for cut in 1..=full.len() {
+            match f.parse(&full[..cut]) {
+                Parsed::Incomplete(n) => assert!(n > cut, "cut {cut}"),
+                other => {
+                    got = Some(other);
+                    break;
+                }
+            }
+        }
+        assert_eq!(got.unwrap(), whole);
     }
 
     #[test]

@@ -20,7 +20,19 @@ pub const MEMORY_FIELDS: [&str; 8] = [
 ];
 
 /// Longest keyword query, in terms.
-const MAX_TERMS: usize = 64;
+const MAX_TERMS: usize = 32;
+
+/// Nearest memories a dedup check looks at to find the nearest one of the exact scope.
+pub const DEDUP_CANDIDATES: usize = 10;
+
+/// RediSearch's default stopwords. They never enter a keyword query: RediSearch 2.10 crashes the
+/// whole server on some unions of stopwords (`@text:(are|there|any)`), and they match nothing
+/// anyway on an index with the default stopword list.
+pub const STOPWORDS: [&str; 33] = [
+    "a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into",
+    "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there", "these", "they",
+    "this", "to", "was", "will", "with",
+];
 
 /// A search spec: the FT.SEARCH arguments, index first.
 pub type Spec = Vec<Vec<u8>>;
@@ -188,29 +200,35 @@ impl Keyspace {
         Self::with_return(self.knn_base(scope, k, vector), &["distance"])
     }
 
-    /// The nearest memory of the scope, distance only (for dedup).
+    /// The nearest memories of the scope with their scope fields (for dedup, which takes the
+    /// nearest whose user, namespace and kind are exactly the scope's).
     pub fn nearest(&self, scope: &Scope, vector: &[f32]) -> Spec {
-        let mut s = self.knn_base(scope, 1, vector);
+        let mut s = self.knn_base(scope, DEDUP_CANDIDATES, vector);
         s.extend(
-            ["RETURN", "1", "distance", "DIALECT", "2"]
-                .iter()
-                .map(|a| a.as_bytes().to_vec()),
+            [
+                "RETURN",
+                "4",
+                "distance",
+                "user",
+                "namespace",
+                "kind",
+                "DIALECT",
+                "2",
+            ]
+            .iter()
+            .map(|a| a.as_bytes().to_vec()),
         );
         s
     }
 
     /// BM25 over `text` within the scope; `None` when the text has no searchable word.
+    ///
+    /// The query is built so that no input can reach RediSearch's query parser as syntax: words
+    /// are runs of letters and digits, lower-cased, stopwords and one-letter words dropped,
+    /// every remaining ASCII non-alphanumeric escaped, at most 32 distinct terms, each at most
+    /// 64 bytes.
     pub fn keyword(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
-        let mut terms: Vec<String> = Vec::new();
-        for word in text
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .filter(|w| !w.is_empty())
-        {
-            let w = escape(&word.to_lowercase());
-            if !terms.contains(&w) && terms.len() < MAX_TERMS {
-                terms.push(w);
-            }
-        }
+        let terms = keyword_terms(text);
         if terms.is_empty() {
             return None;
         }
@@ -238,6 +256,89 @@ impl Keyspace {
     /// each match exactly before deleting it).
     pub fn scope_query(&self, scope: &Scope) -> (String, String) {
         (self.index.clone(), scope.filter())
+    }
+}
+
+/// The searchable words of a text, as escaped query terms (see [`Keyspace::keyword`]).
+pub fn keyword_terms(text: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() > 1 && w.len() <= 64)
+    {
+        let lower = word.to_lowercase();
+        if STOPWORDS.contains(&lower.as_str()) {
+            continue;
+        }
+        let w = escape(&lower);
+        if !terms.contains(&w) && terms.len() < MAX_TERMS {
+            terms.push(w);
+        }
+    }
+    terms
+}
+
+/// One command as the rights check of a script takes it.
+fn right(args: &[&str]) -> Spec {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// The commands each operation runs, as the client's ACL user must be allowed to run them: the
+/// scripts check every one with `redis.acl_check_cmd` before they do anything, and the same list
+/// is checked before the model runs for a request.
+impl Keyspace {
+    /// Search the index and read a memory's TTL.
+    pub fn rights_read(&self) -> Vec<Spec> {
+        vec![
+            right(&["FT.SEARCH", &self.index, "*"]),
+            right(&["PTTL", &self.memory("0")]),
+        ]
+    }
+
+    /// Write memory `key`, or bump another memory's hit count; set TTLs.
+    pub fn rights_remember(&self, key: &str) -> Vec<Spec> {
+        let mut r = self.rights_read();
+        r.extend([
+            right(&["JSON.SET", key, "$", "{}", "NX"]),
+            right(&["JSON.NUMINCRBY", key, "$.hit_count", "1"]),
+            right(&["EXPIRE", key, "1"]),
+        ]);
+        r
+    }
+
+    /// Write a thread's session hash and event stream (and delete them).
+    pub fn rights_session(&self, thread: &str) -> Vec<Spec> {
+        let (s, e) = (self.session(thread), self.events(thread));
+        vec![
+            right(&["HSET", &s, "f", "v"]),
+            right(&["HINCRBY", &s, "f", "1"]),
+            right(&["HGET", &s, "f"]),
+            right(&["EXPIRE", &s, "1"]),
+            right(&["DEL", &s]),
+            right(&["XADD", &e, "*", "f", "v"]),
+            right(&["EXPIRE", &e, "1"]),
+            right(&["DEL", &e]),
+        ]
+    }
+
+    /// A whole turn: recall, remember, session and event.
+    pub fn rights_turn(&self, thread: &str, key: &str) -> Vec<Spec> {
+        let mut r = self.rights_remember(key);
+        r.extend(self.rights_session(thread));
+        r
+    }
+
+    /// Delete one memory (reading its owner first).
+    pub fn rights_forget_id(&self, key: &str) -> Vec<Spec> {
+        vec![right(&["JSON.GET", key, "$.user"]), right(&["DEL", key])]
+    }
+
+    /// Delete a scope's memories.
+    pub fn rights_forget_scope(&self) -> Vec<Spec> {
+        vec![
+            right(&["FT.SEARCH", &self.index, "*"]),
+            right(&["DEL", &self.memory("0")]),
+        ]
     }
 }
 
@@ -292,12 +393,24 @@ mod tests {
             kind: None,
             thread: None,
         };
-        let spec = ks.keyword(&s, "Hello, world! hello @x:{y} -z", 5).unwrap();
+        let spec = ks
+            .keyword(&s, "Hello, world! hello @xy:{zz} -q", 5)
+            .unwrap();
         assert_eq!(
             String::from_utf8(spec[1].clone()).unwrap(),
-            "(@text:(hello|world|x|y|z)) @user:{u} @namespace:{n}"
+            "(@text:(hello|world|xy|zz)) @user:{u} @namespace:{n}"
         );
         assert!(ks.keyword(&s, "*** ()", 5).is_none());
+        // Nothing but stopwords (the pinned RediSearch crashes on their unions) and one-letter
+        // words: no keyword query at all.
+        assert!(ks.keyword(&s, "Are there any? Is it a ...", 5).is_some());
+        assert_eq!(
+            super::keyword_terms("Are there any? Is it a ..."),
+            vec!["any"]
+        );
+        assert!(ks
+            .keyword(&s, "are there? it is, to be or not to be", 5)
+            .is_none());
         assert_eq!(new_id().len(), 12);
     }
 }

@@ -4,9 +4,18 @@ use redis::Value;
 use serde_json::json;
 
 use super::keyspace::{new_id, Kind, Scope, Spec};
-use super::value::{array, field, float, int, text, ttl_from_pttl};
-use super::{now_ts, push_spec, Store};
+use super::scripts::{ok, push_spec};
+use super::value::{array, field, flat, float, int, text, ttl_from_pttl};
+use super::{now_ts, Store};
 use crate::error::{MemError, MemResult};
+use crate::upstream::Link;
+
+/// Tries at a fresh id when a new memory's key already exists (48 random bits: a collision is
+/// rare, but at millions of memories not negligible, and it must never overwrite).
+pub const ID_TRIES: usize = 5;
+
+/// Memories one erasure batch looks at: a few ms of Redis time.
+pub const FORGET_BATCH: usize = 200;
 
 /// Which retrieval produced a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,34 +122,73 @@ impl Store {
         self.keys.nearest(&scope, vector)
     }
 
-    pub async fn remember(&self, m: &NewMemory<'_>, vector: &[f32]) -> MemResult<Remembered> {
-        let id = new_id();
-        let key = self.keys.memory(&id);
-        let mut con = self.ready().await?;
-        let mut inv = self.scripts.remember.key(&key);
-        inv.arg(self.memory_doc(&id, m, vector))
-            .arg(m.ttl.unwrap_or(0))
-            .arg(m.dedup.unwrap_or(-1.0));
+    /// The script arguments of a remember after the doc: ttl, threshold, exact scope, then the
+    /// dedup spec when deduping.
+    pub(crate) fn remember_args(&self, m: &NewMemory<'_>, vector: &[f32], args: &mut Vec<Vec<u8>>) {
+        args.push(m.ttl.unwrap_or(0).to_string().into_bytes());
+        args.push(m.dedup.unwrap_or(-1.0).to_string().into_bytes());
+        args.push(m.scope.user.clone().into_bytes());
+        args.push(m.scope.namespace.clone().into_bytes());
+        args.push(m.kind.as_str().as_bytes().to_vec());
         if m.dedup.is_some() {
-            push_spec(&mut inv, &self.dedup_spec(m, vector));
+            push_spec(args, &self.dedup_spec(m, vector));
         }
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
-        self.parse_remembered(&v)
     }
 
-    pub(crate) fn parse_remembered(&self, v: &Value) -> MemResult<Remembered> {
+    pub async fn remember(
+        &self,
+        link: &mut Link,
+        m: &NewMemory<'_>,
+        vector: &[f32],
+    ) -> MemResult<Remembered> {
+        indexed!(self, self.remember_once(link, m, vector).await)
+    }
+
+    async fn remember_once(
+        &self,
+        link: &mut Link,
+        m: &NewMemory<'_>,
+        vector: &[f32],
+    ) -> MemResult<Remembered> {
+        for _ in 0..ID_TRIES {
+            let id = new_id();
+            let key = self.keys.memory(&id);
+            let mut args = vec![self.memory_doc(&id, m, vector).into_bytes()];
+            self.remember_args(m, vector, &mut args);
+            let v = self
+                .scripts
+                .remember
+                .run(
+                    link,
+                    std::slice::from_ref(&key),
+                    &self.keys.rights_remember(&key),
+                    args,
+                )
+                .await?;
+            if let Some(r) = self.parse_remembered(&v)? {
+                return Ok(r);
+            }
+        }
+        Err(MemError::Internal("no free memory id after 5 tries".into()))
+    }
+
+    /// The remember script's reply; `None` when the new id collided (nothing was written).
+    pub(crate) fn parse_remembered(&self, v: &Value) -> MemResult<Option<Remembered>> {
         let a = array(v);
         let status = a
             .first()
             .and_then(text)
             .ok_or_else(|| MemError::Internal(format!("remember script replied {v:?}")))?;
+        if status == "collision" {
+            return Ok(None);
+        }
         let key = a.get(1).and_then(text).unwrap_or_default();
-        Ok(Remembered {
+        Ok(Some(Remembered {
             id: self.keys.memory_id(&key).to_string(),
             deduped: status == "dedup",
             distance: a.get(2).and_then(float),
             ttl: ttl_from_pttl(a.get(3).and_then(int).unwrap_or(-1)),
-        })
+        }))
     }
 
     /// The searches a recall needs: (retrieval, spec) for each side.
@@ -157,14 +205,24 @@ impl Store {
         specs
     }
 
-    pub async fn recall(&self, r: &Recall<'_>) -> MemResult<Vec<Hit>> {
+    pub async fn recall(&self, link: &mut Link, r: &Recall<'_>) -> MemResult<Vec<Hit>> {
         let specs = self.recall_specs(r);
         if specs.is_empty() {
             return Ok(Vec::new());
         }
         let only: Vec<Spec> = specs.iter().map(|(_, s)| s.clone()).collect();
-        let results = self.search(&only).await?;
-        self.fuse(r, &specs, &results)
+        indexed!(self, self.recall_once(link, r, &specs, &only).await)
+    }
+
+    async fn recall_once(
+        &self,
+        link: &mut Link,
+        r: &Recall<'_>,
+        specs: &[(Retrieval, Spec)],
+        only: &[Spec],
+    ) -> MemResult<Vec<Hit>> {
+        let results = self.search(link, only).await?;
+        self.fuse(r, specs, &results)
     }
 
     /// Turn the raw search results into hits: thresholded vector hits, keyword hits, or their
@@ -282,62 +340,106 @@ impl Store {
     }
 
     /// Delete one memory; with `owner`, only if it belongs to that user. Returns 1 or 0.
-    pub async fn forget_id(&self, id: &str, owner: Option<&str>) -> MemResult<i64> {
-        let mut con = self.connection().await?;
+    pub async fn forget_id(
+        &self,
+        link: &mut Link,
+        id: &str,
+        owner: Option<&str>,
+    ) -> MemResult<i64> {
         let key = self.keys.memory(id);
-        let mut inv = self.scripts.forget.key(&key);
-        inv.arg("id").arg(owner.unwrap_or(""));
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        let args = vec![b"id".to_vec(), owner.unwrap_or("").as_bytes().to_vec()];
+        let v = self
+            .scripts
+            .forget
+            .run(
+                link,
+                std::slice::from_ref(&key),
+                &self.keys.rights_forget_id(&key),
+                args,
+            )
+            .await?;
         Ok(int(&v).unwrap_or(0))
     }
 
-    /// Delete every memory of a scope; returns how many were deleted.
-    pub async fn forget_scope(&self, scope: &Scope) -> MemResult<i64> {
-        let mut con = self.ready().await?;
+    /// Delete every memory of a scope, in batches of [`FORGET_BATCH`] (one short script each,
+    /// so Redis serves other clients between them); returns how many were deleted. Safe to run
+    /// again after an interruption: it deletes what is left.
+    pub async fn forget_scope(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
+        indexed!(self, self.forget_batches(link, scope).await)
+    }
+
+    async fn forget_batches(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
         let (index, query) = self.keys.scope_query(scope);
-        let mut inv = self.scripts.forget.prepare_invoke();
-        inv.arg("scope")
-            .arg(index)
-            .arg(query)
-            .arg(&scope.user)
-            .arg(&scope.namespace);
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
-        Ok(int(&v).unwrap_or(0))
+        {
+            let (mut deleted, mut offset) = (0i64, 0i64);
+            loop {
+                let args = [
+                    "batch",
+                    &index,
+                    &query,
+                    &scope.user,
+                    &scope.namespace,
+                    &offset.to_string(),
+                    &FORGET_BATCH.to_string(),
+                ]
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect();
+                let v = self
+                    .scripts
+                    .forget
+                    .run(link, &[], &self.keys.rights_forget_scope(), args)
+                    .await?;
+                let a = array(&v);
+                let n = |i: usize| a.get(i).and_then(int).unwrap_or(0);
+                let (gone, kept, page) = (n(0), n(1), n(2));
+                deleted += gone;
+                // Matches of the TAG query that are not exact stay; page past them.
+                offset += kept;
+                if page < FORGET_BATCH as i64 {
+                    return Ok(deleted);
+                }
+            }
+        }
     }
 
     /// A page of a scope's memories, newest first.
-    pub async fn list(&self, scope: &Scope, offset: usize, count: usize) -> MemResult<Vec<Hit>> {
-        let results = self.search(&[self.keys.list(scope, offset, count)]).await?;
-        let mut hits = self.parse_search(
-            results.first().unwrap_or(&Value::Nil),
-            Retrieval::Keyword,
-            scope,
-        )?;
+    pub async fn list(
+        &self,
+        link: &mut Link,
+        scope: &Scope,
+        offset: usize,
+        count: usize,
+    ) -> MemResult<Vec<Hit>> {
+        let spec = self.keys.list(scope, offset, count);
+        let mut hits = indexed!(self, self.list_once(link, scope, &spec).await)?;
         for h in &mut hits {
             h.score = None;
         }
         Ok(hits)
     }
 
+    async fn list_once(&self, link: &mut Link, scope: &Scope, spec: &Spec) -> MemResult<Vec<Hit>> {
+        let results = self.search(link, std::slice::from_ref(spec)).await?;
+        self.parse_search(
+            results.first().unwrap_or(&Value::Nil),
+            Retrieval::Keyword,
+            scope,
+        )
+    }
+
     /// (num_docs, indexing failures) of the index.
-    pub async fn index_stats(&self) -> MemResult<(i64, i64)> {
-        let mut con = self.ready().await?;
-        let info: Value = self
-            .timed(
-                redis::cmd("FT.INFO")
-                    .arg(&self.keys.index)
-                    .query_async(&mut con),
-            )
-            .await?;
-        let info = array(&info);
-        let docs = field(info, "num_docs").and_then(int).unwrap_or(0);
-        let failures = field(info, "hash_indexing_failures")
+    pub async fn index_stats(&self, link: &mut Link) -> MemResult<(i64, i64)> {
+        let cmd = vec![b"FT.INFO".to_vec(), self.keys.index.clone().into_bytes()];
+        let info = indexed!(self, ok(link.call1(cmd.clone()).await?))?;
+        let info = flat(&info);
+        let docs = field(&info, "num_docs").and_then(int).unwrap_or(0);
+        let failures = field(&info, "hash_indexing_failures")
             .and_then(int)
             .or_else(|| {
-                field(info, "Index Errors")
-                    .map(array)
-                    .and_then(|e| field(e, "indexing failures"))
-                    .and_then(int)
+                field(&info, "Index Errors")
+                    .map(flat)
+                    .and_then(|e| field(&e, "indexing failures").and_then(int))
             })
             .unwrap_or(0);
         Ok((docs, failures))

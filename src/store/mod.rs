@@ -1,14 +1,34 @@
 //! Everything that touches memproxy's data in Redis.
 //!
-//! - [`keyspace`]: key names, query strings, escaping (the only place that builds them);
+//! - [`keyspace`]: key names, query strings, escaping, the rights each operation needs (the only
+//!   place that builds them);
 //! - [`schema`]: the index, created when missing and checked when present;
-//! - [`scripts`]: the Lua scripts that make every MEM.* write atomic;
+//! - [`scripts`]: the Lua scripts that make every MEM.* write atomic and all-or-nothing;
 //! - [`memory`]: long-term memory (remember, recall, forget, list);
 //! - [`session`]: working memory, agent turns and the event log.
 //!
-//! MEM.* run on one shared, auto-reconnecting connection (`redis` ConnectionManager) with the
-//! proxy's own credentials, each operation within `op_timeout_ms`. After a lost connection the
-//! index is checked again (and created if the new server has none) before the next operation.
+//! Every data operation runs on the client's own connection (a [`Link`]), with the client's ACL
+//! user and database. memproxy's own connection (the upstream URL's credentials) is used only to
+//! manage the index: check it, and create it when it is missing — at first use, after a lost
+//! connection, and whenever an operation finds it gone (FLUSHALL, FLUSHDB, FT.DROPINDEX), in
+//! which case the operation is retried once. An existing index is never dropped or altered.
+
+/// Run an operation (an expression that awaits) with the index in place; if the index vanished
+/// meanwhile (FLUSHALL, FT.DROPINDEX …), create it again and run the operation once more.
+macro_rules! indexed {
+    ($store:expr, $op:expr) => {{
+        $store.ready().await?;
+        match $op {
+            Err(e) if e.is_missing_index() => {
+                tracing::info!(index = %$store.keys.index, "the index is gone; creating it again");
+                $store.index_lost();
+                $store.ready().await?;
+                $op
+            }
+            other => other,
+        }
+    }};
+}
 
 pub mod keyspace;
 pub mod memory;
@@ -17,19 +37,17 @@ pub mod scripts;
 pub mod session;
 pub mod value;
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
 use crate::error::{MemError, MemResult};
-use crate::upstream::UpstreamAddr;
+use crate::upstream::Link;
 use keyspace::{Keyspace, Spec};
-use scripts::Scripts;
+use scripts::{push_spec, Scripts};
 
 pub use keyspace::{Kind, Scope};
 
@@ -40,20 +58,15 @@ enum IndexState {
     Broken(MemError, Instant),
 }
 
-const AUTH_UNKNOWN: u8 = 0;
-const AUTH_NOT_REQUIRED: u8 = 1;
-const AUTH_REQUIRED: u8 = 2;
-
 pub struct Store {
     cfg: Arc<Config>,
     pub keys: Keyspace,
     dim: usize,
     scripts: Scripts,
     client: redis::Client,
-    upstream: UpstreamAddr,
+    /// memproxy's own connection, for index management only.
     conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     index: std::sync::Mutex<IndexState>,
-    auth: AtomicU8,
 }
 
 impl Store {
@@ -63,12 +76,10 @@ impl Store {
             keys: Keyspace::new(&cfg),
             dim,
             scripts: Scripts::new(),
-            upstream: UpstreamAddr::from_url(&cfg.upstream)?,
             client,
             cfg,
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
-            auth: AtomicU8::new(AUTH_UNKNOWN),
         })
     }
 
@@ -92,7 +103,6 @@ impl Store {
                 tracing::warn!(error = %e, "MEM.* not ready yet (ordinary commands are unaffected)")
             }
         }
-        self.upstream_requires_auth().await;
     }
 
     async fn connection(&self) -> MemResult<ConnectionManager> {
@@ -117,8 +127,7 @@ impl Store {
 
     /// Forget what was learned about the upstream (after a connection loss).
     fn invalidate(&self) {
-        *self.index.lock().expect("index lock") = IndexState::Unchecked;
-        self.auth.store(AUTH_UNKNOWN, Ordering::Relaxed);
+        self.index_lost();
     }
 
     /// Run one upstream operation within the budget.
@@ -148,25 +157,25 @@ impl Store {
         }
     }
 
-    /// A connection on which the index is known to be usable.
-    pub async fn ready(&self) -> MemResult<ConnectionManager> {
-        let mut con = self.connection().await?;
+    /// The index is known to be usable (checked, or created, on memproxy's own connection).
+    pub async fn ready(&self) -> MemResult<()> {
         {
             let state = self.index.lock().expect("index lock");
             match &*state {
-                IndexState::Ready => return Ok(con),
+                IndexState::Ready => return Ok(()),
                 IndexState::Broken(e, at) if at.elapsed() < Duration::from_secs(2) => {
                     return Err(e.clone())
                 }
                 _ => {}
             }
         }
+        let mut con = self.connection().await?;
         let outcome = self.ensure_index(&mut con).await;
         let mut state = self.index.lock().expect("index lock");
         match outcome {
             Ok(()) => {
                 *state = IndexState::Ready;
-                Ok(con)
+                Ok(())
             }
             Err(e @ MemError::Client(_)) => {
                 tracing::warn!(error = %e, "index unusable");
@@ -235,59 +244,37 @@ impl Store {
         }
     }
 
-    /// Does the upstream refuse commands from unauthenticated connections? Probed on a fresh
-    /// connection without credentials; cached until the shared connection is lost.
-    pub async fn upstream_requires_auth(&self) -> bool {
-        match self.auth.load(Ordering::Relaxed) {
-            AUTH_REQUIRED => return true,
-            AUTH_NOT_REQUIRED => return false,
-            _ => {}
-        }
-        let probe = async {
-            let mut s = self.upstream.connect(self.timeout()).await.ok()?;
-            s.write_all(b"PING\r\n").await.ok()?;
-            let mut buf = [0u8; 64];
-            let n = s.read(&mut buf).await.ok()?;
-            Some(buf[..n].starts_with(b"-NOAUTH"))
-        };
-        match tokio::time::timeout(self.timeout(), probe)
-            .await
-            .ok()
-            .flatten()
-        {
-            Some(required) => {
-                self.auth.store(
-                    if required {
-                        AUTH_REQUIRED
-                    } else {
-                        AUTH_NOT_REQUIRED
-                    },
-                    Ordering::Relaxed,
-                );
-                required
-            }
-            None => false,
-        }
+    /// The index was found missing by an operation: check (and create) it again.
+    pub fn index_lost(&self) {
+        *self.index.lock().expect("index lock") = IndexState::Unchecked;
     }
 
-    /// Run the search script over `specs`; one result per spec.
-    async fn search(&self, specs: &[Spec]) -> MemResult<Vec<Value>> {
-        let mut con = self.ready().await?;
-        let mut inv = self.scripts.search.prepare_invoke();
-        inv.arg(specs.len());
+    /// Before the model runs for a request: may this client run every command of `rights`?
+    /// Redis answers (NOAUTH, NOPERM) on the client's own connection.
+    pub async fn precheck(&self, link: &mut Link, rights: &[Spec]) -> MemResult<()> {
+        if !rights.is_empty() {
+            // The rights name module commands: the modules (and index) must be there first.
+            self.ready().await?;
+        }
+        self.scripts
+            .check
+            .run(link, &[], rights, Vec::new())
+            .await?;
+        Ok(())
+    }
+
+    /// Run the search script over `specs` (reads only); one result per spec.
+    async fn search(&self, link: &mut Link, specs: &[Spec]) -> MemResult<Vec<Value>> {
+        let mut args = vec![specs.len().to_string().into_bytes()];
         for s in specs {
-            push_spec(&mut inv, s);
+            push_spec(&mut args, s);
         }
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        let v = self
+            .scripts
+            .search
+            .run(link, &[], &self.keys.rights_read(), args)
+            .await?;
         Ok(value::array(&v).to_vec())
-    }
-}
-
-/// Append a search spec to a script's ARGV as `<n> <args…>`.
-fn push_spec(inv: &mut redis::ScriptInvocation<'_>, spec: &Spec) {
-    inv.arg(spec.len());
-    for a in spec {
-        inv.arg(a.as_slice());
     }
 }
 

@@ -1,20 +1,84 @@
-//! The Lua scripts, each run with EVALSHA (loaded again on NOSCRIPT by `redis::Script`).
+//! The Lua scripts, run with EVALSHA on the client's own connection (EVAL once on NOSCRIPT, so a
+//! `SCRIPT FLUSH` or a restarted upstream costs one round trip, not an error).
 //!
 //! Every MEM.* write is one script, so it is atomic on the server: a memory never exists without
 //! its TTL, a dedup check and the write it decides cannot interleave with another writer (also
 //! across several proxies), and a turn is never lost to a read-modify-write race. Every script
-//! checks the types of the keys it will write before writing anything.
+//! first checks the client's ACL rights for each command it will run (`redis.acl_check_cmd`), the
+//! types of the keys it will write and its arguments, and writes nothing unless all pass. Read
+//! scripts are flagged `no-writes`, so they run at `maxmemory` and on replicas; write scripts
+//! are checked for OOM by Redis before they start.
 
-use redis::Script;
+use redis::Value;
+
+use crate::error::{MemError, MemResult};
+use crate::upstream::{Cmd, Link};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-fn with_prelude(body: &str) -> Script {
-    // The shebang makes Redis check OOM before the script runs, not halfway through it.
-    Script::new(&format!("#!lua\n{PRELUDE}\n{body}"))
+pub struct Script {
+    body: String,
+    sha: String,
+}
+
+impl Script {
+    fn new(flags: &str, body: &str) -> Script {
+        let body = format!("#!lua{flags}\n{PRELUDE}\n{body}");
+        let sha = redis::Script::new(&body).get_hash().to_string();
+        Script { body, sha }
+    }
+
+    /// Run with `keys`; ARGV is the rights block (`rights`), then `args`. A Redis error reply
+    /// becomes an error.
+    pub async fn run(
+        &self,
+        link: &mut Link,
+        keys: &[String],
+        rights: &[Cmd],
+        args: Vec<Vec<u8>>,
+    ) -> MemResult<Value> {
+        let mut tail: Vec<Vec<u8>> = Vec::with_capacity(2 + keys.len() + args.len() + 8);
+        tail.push(keys.len().to_string().into_bytes());
+        tail.extend(keys.iter().map(|k| k.as_bytes().to_vec()));
+        tail.push(rights.len().to_string().into_bytes());
+        for r in rights {
+            push_spec(&mut tail, r);
+        }
+        tail.extend(args);
+        let mut cmd: Cmd = Vec::with_capacity(tail.len() + 2);
+        cmd.push(b"EVALSHA".to_vec());
+        cmd.push(self.sha.as_bytes().to_vec());
+        cmd.extend_from_slice(&tail);
+        let v = link.call1(cmd).await?;
+        if let Value::ServerError(e) = &v {
+            if e.code() == "NOSCRIPT" {
+                let mut cmd: Cmd = Vec::with_capacity(tail.len() + 2);
+                cmd.push(b"EVAL".to_vec());
+                cmd.push(self.body.as_bytes().to_vec());
+                cmd.extend(tail);
+                return ok(link.call1(cmd).await?);
+            }
+        }
+        ok(v)
+    }
+}
+
+/// A reply, or the Redis error it is.
+pub fn ok(v: Value) -> MemResult<Value> {
+    match v {
+        Value::ServerError(e) => Err(MemError::from_server(e.code(), e.details().unwrap_or(""))),
+        v => Ok(v),
+    }
+}
+
+/// Append a spec (a command or FT.SEARCH arguments) as `<n> <args…>`.
+pub fn push_spec(out: &mut Vec<Vec<u8>>, spec: &[Vec<u8>]) {
+    out.push(spec.len().to_string().into_bytes());
+    out.extend(spec.iter().cloned());
 }
 
 pub struct Scripts {
+    pub check: Script,
     pub search: Script,
     pub remember: Script,
     pub forget: Script,
@@ -24,12 +88,14 @@ pub struct Scripts {
 
 impl Scripts {
     pub fn new() -> Scripts {
+        const RO: &str = " flags=no-writes";
         Scripts {
-            search: with_prelude(include_str!("lua/search.lua")),
-            remember: with_prelude(include_str!("lua/remember.lua")),
-            forget: with_prelude(include_str!("lua/forget.lua")),
-            session: with_prelude(include_str!("lua/session.lua")),
-            turn: with_prelude(include_str!("lua/turn.lua")),
+            check: Script::new(RO, include_str!("lua/check.lua")),
+            search: Script::new(RO, include_str!("lua/search.lua")),
+            remember: Script::new("", include_str!("lua/remember.lua")),
+            forget: Script::new("", include_str!("lua/forget.lua")),
+            session: Script::new("", include_str!("lua/session.lua")),
+            turn: Script::new("", include_str!("lua/turn.lua")),
         }
     }
 }

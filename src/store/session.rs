@@ -2,11 +2,13 @@
 
 use redis::Value;
 
-use super::keyspace::Spec;
-use super::memory::{Hit, NewMemory, Recall, Remembered};
-use super::value::{array, int, text, ttl_from_pttl};
-use super::{now_ts, push_spec, Store};
+use super::keyspace::{new_id, Spec};
+use super::memory::{Hit, NewMemory, Recall, Remembered, ID_TRIES};
+use super::scripts::{ok, push_spec};
+use super::value::{array, flat, int, text, ttl_from_pttl};
+use super::{now_ts, Store};
 use crate::error::{MemError, MemResult};
+use crate::upstream::Link;
 
 /// A session as MEM.SESSION GET returns it.
 #[derive(Debug, Clone)]
@@ -73,30 +75,32 @@ impl Store {
     /// the op's own.
     async fn session_script(
         &self,
+        link: &mut Link,
         thread: &str,
         op: &str,
         owner: &str,
         rest: &[&str],
     ) -> MemResult<Value> {
-        let mut con = self.connection().await?;
         let (now, ttl, maxlen) = self.session_args();
-        let mut inv = self.scripts.session.key(self.keys.session(thread));
-        inv.key(self.keys.events(thread))
-            .arg(op)
-            .arg(&now)
-            .arg(ttl)
-            .arg(maxlen)
-            .arg(owner);
-        for a in rest {
-            inv.arg(*a);
-        }
-        self.timed(inv.invoke_async(&mut con)).await
+        let keys = [self.keys.session(thread), self.keys.events(thread)];
+        let (ttl, maxlen) = (ttl.to_string(), maxlen.to_string());
+        let args = [op, &now, &ttl, &maxlen, owner]
+            .iter()
+            .chain(rest)
+            .map(|a| a.as_bytes().to_vec())
+            .collect();
+        self.scripts
+            .session
+            .run(link, &keys, &self.keys.rights_session(thread), args)
+            .await
     }
 
     /// Create (or update) a session; `own_ttl` becomes its TTL for every later refresh. Returns
     /// (created, event id).
+    #[allow(clippy::too_many_arguments)]
     pub async fn session_start(
         &self,
+        link: &mut Link,
         thread: &str,
         user: &str,
         agent: &str,
@@ -107,6 +111,7 @@ impl Store {
         let own_ttl = own_ttl.unwrap_or(0).to_string();
         let v = self
             .session_script(
+                link,
                 thread,
                 "start",
                 owner,
@@ -124,6 +129,7 @@ impl Store {
     /// is no such session.
     pub async fn session_set(
         &self,
+        link: &mut Link,
         thread: &str,
         field: &str,
         value: &str,
@@ -131,29 +137,29 @@ impl Store {
         owner: &str,
     ) -> MemResult<Option<String>> {
         let v = self
-            .session_script(thread, "set", owner, &[field, value, action])
+            .session_script(link, thread, "set", owner, &[field, value, action])
             .await?;
         Ok(array(&v).get(1).and_then(text))
     }
 
     /// The session, or `None`; with an `owner`, a session of another user is refused.
-    pub async fn session_get(&self, thread: &str, owner: &str) -> MemResult<Option<SessionView>> {
-        let mut con = self.connection().await?;
-        let key = self.keys.session(thread);
-        let (all, pttl): (Value, i64) = self
-            .timed(
-                redis::pipe()
-                    .cmd("HGETALL")
-                    .arg(&key)
-                    .cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut con),
-            )
-            .await?;
-        let flat = match &all {
-            Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
-            other => array(other).to_vec(),
-        };
+    pub async fn session_get(
+        &self,
+        link: &mut Link,
+        thread: &str,
+        owner: &str,
+    ) -> MemResult<Option<SessionView>> {
+        let key = self.keys.session(thread).into_bytes();
+        let mut r = link
+            .call(&[
+                vec![b"HGETALL".to_vec(), key.clone()],
+                vec![b"PTTL".to_vec(), key],
+            ])
+            .await?
+            .into_iter();
+        let all = ok(r.next().unwrap_or_default())?;
+        let pttl = int(&ok(r.next().unwrap_or_default())?).unwrap_or(-2);
+        let flat = flat(&all);
         if flat.is_empty() {
             return Ok(None);
         }
@@ -181,30 +187,43 @@ impl Store {
     }
 
     /// Delete a session and its event stream; returns whether the session existed.
-    pub async fn session_end(&self, thread: &str, owner: &str) -> MemResult<bool> {
-        let v = self.session_script(thread, "end", owner, &[]).await?;
+    pub async fn session_end(&self, link: &mut Link, thread: &str, owner: &str) -> MemResult<bool> {
+        let v = self.session_script(link, thread, "end", owner, &[]).await?;
         Ok(int(&v).unwrap_or(0) > 0)
     }
 
     /// The newest `count` events of a thread, newest first. With an `owner`, the thread's session
     /// must exist and be theirs.
-    pub async fn events(&self, thread: &str, count: usize, owner: &str) -> MemResult<Vec<Event>> {
-        let mut con = self.connection().await?;
-        let (user, v): (Option<String>, Value) = self
-            .timed(
-                redis::pipe()
-                    .cmd("HGET")
-                    .arg(self.keys.session(thread))
-                    .arg("user")
-                    .cmd("XREVRANGE")
-                    .arg(self.keys.events(thread))
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(count)
-                    .query_async(&mut con),
-            )
-            .await?;
+    pub async fn events(
+        &self,
+        link: &mut Link,
+        thread: &str,
+        count: usize,
+        owner: &str,
+    ) -> MemResult<Vec<Event>> {
+        let mut r = link
+            .call(&[
+                vec![
+                    b"HGET".to_vec(),
+                    self.keys.session(thread).into_bytes(),
+                    b"user".to_vec(),
+                ],
+                [
+                    b"XREVRANGE".as_slice(),
+                    self.keys.events(thread).as_bytes(),
+                    b"+",
+                    b"-",
+                    b"COUNT",
+                    count.to_string().as_bytes(),
+                ]
+                .iter()
+                .map(|a| a.to_vec())
+                .collect(),
+            ])
+            .await?
+            .into_iter();
+        let user = text(&ok(r.next().unwrap_or_default())?);
+        let v = ok(r.next().unwrap_or_default())?;
         if !owner.is_empty() {
             match user {
                 Some(u) if u == owner => {}
@@ -229,63 +248,107 @@ impl Store {
     }
 
     /// One turn in one script: recall, remember, append, log.
-    pub async fn turn(&self, t: &TurnInput<'_>) -> MemResult<TurnOutcome> {
-        let mut con = self.ready().await?;
-        let (now, ttl, maxlen) = self.session_args();
-        let c = self.config();
-        let id = super::keyspace::new_id();
+    pub async fn turn(&self, link: &mut Link, t: &TurnInput<'_>) -> MemResult<TurnOutcome> {
         let specs = self.recall_specs(&t.recall);
-        let mut inv = self.scripts.turn.key(self.keys.session(t.thread));
-        inv.key(self.keys.events(t.thread))
-            .key(self.keys.memory(&id));
-        inv.arg(t.thread)
-            .arg(t.role)
-            .arg(t.recall.text)
-            .arg(&now)
-            .arg(ttl)
-            .arg(c.max_turns)
-            .arg(maxlen);
-        inv.arg(&t.recall.scope.user).arg(t.agent);
-        match &t.remember {
-            Some(m) => {
-                inv.arg(m.kind.as_str())
-                    .arg(self.memory_doc(&id, m, t.recall.vector))
-                    .arg(m.ttl.unwrap_or(0))
-                    .arg(m.dedup.unwrap_or(-1.0));
-            }
-            None => {
-                inv.arg("").arg("").arg(0).arg(-1.0);
+        indexed!(self, self.turn_tries(link, t, &specs).await)
+    }
+
+    async fn turn_tries(
+        &self,
+        link: &mut Link,
+        t: &TurnInput<'_>,
+        specs: &[(super::memory::Retrieval, Spec)],
+    ) -> MemResult<TurnOutcome> {
+        for _ in 0..ID_TRIES {
+            if let Some(out) = self.turn_once(link, t, specs).await? {
+                return Ok(out);
             }
         }
-        inv.arg(&self.keys.mem_prefix).arg(t.owner).arg(specs.len());
-        for (_, s) in &specs {
-            push_spec(&mut inv, s);
+        Err(MemError::Internal("no free memory id after 5 tries".into()))
+    }
+
+    /// `None` when the new memory's id collided (nothing was written).
+    async fn turn_once(
+        &self,
+        link: &mut Link,
+        t: &TurnInput<'_>,
+        specs: &[(super::memory::Retrieval, Spec)],
+    ) -> MemResult<Option<TurnOutcome>> {
+        let (now, ttl, maxlen) = self.session_args();
+        let c = self.config();
+        let id = new_id();
+        let mem_key = self.keys.memory(&id);
+        let keys = [
+            self.keys.session(t.thread),
+            self.keys.events(t.thread),
+            mem_key.clone(),
+        ];
+        let mut args: Vec<Vec<u8>> = [
+            t.thread,
+            t.role,
+            t.recall.text,
+            &now,
+            &ttl.to_string(),
+            &c.max_turns.to_string(),
+            &maxlen.to_string(),
+            &t.recall.scope.user,
+            t.agent,
+        ]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+        let (kind, doc, mem_ttl, threshold) = match &t.remember {
+            Some(m) => (
+                m.kind.as_str(),
+                self.memory_doc(&id, m, t.recall.vector),
+                m.ttl.unwrap_or(0),
+                m.dedup.unwrap_or(-1.0),
+            ),
+            None => ("", String::new(), 0, -1.0),
+        };
+        for a in [
+            kind.to_string(),
+            doc,
+            mem_ttl.to_string(),
+            threshold.to_string(),
+            self.keys.mem_prefix.clone(),
+            t.owner.to_string(),
+            t.recall.scope.namespace.clone(),
+            specs.len().to_string(),
+        ] {
+            args.push(a.into_bytes());
+        }
+        for (_, s) in specs {
+            push_spec(&mut args, s);
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {
-                let spec: Spec = self.dedup_spec(m, t.recall.vector);
-                push_spec(&mut inv, &spec);
+                push_spec(&mut args, &self.dedup_spec(m, t.recall.vector));
             }
         }
-        let v: Value = self.timed(inv.invoke_async(&mut con)).await?;
+        let rights = self.keys.rights_turn(t.thread, &mem_key);
+        let v = self.scripts.turn.run(link, &keys, &rights, args).await?;
         let a = array(&v);
+        if a.first().and_then(text).as_deref() == Some("collision") {
+            return Ok(None);
+        }
         if a.len() != 4 {
             return Err(MemError::Internal(format!("turn script replied {v:?}")));
         }
         let recalled = if specs.is_empty() {
             Vec::new()
         } else {
-            self.fuse(&t.recall, &specs, array(&a[1]))?
+            self.fuse(&t.recall, specs, array(&a[1]))?
         };
         let remembered = match &a[2] {
             Value::Nil => None,
-            other => Some(self.parse_remembered(other)?),
+            other => self.parse_remembered(other)?,
         };
-        Ok(TurnOutcome {
+        Ok(Some(TurnOutcome {
             turn_count: int(&a[0]).unwrap_or(0),
             recalled,
             remembered,
             event: text(&a[3]).unwrap_or_default(),
-        })
+        }))
     }
 }

@@ -36,6 +36,14 @@ pub fn array(v: &Value) -> &[Value] {
     }
 }
 
+/// A map reply as a flat `name, value, …` list (RESP3 maps and RESP2 arrays alike).
+pub fn flat(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+        other => array(other).to_vec(),
+    }
+}
+
 /// Value of `name` in a flat `name, value, …` array.
 pub fn field<'a>(flat: &'a [Value], name: &str) -> Option<&'a Value> {
     flat.chunks(2)

@@ -1,11 +1,37 @@
 -- Shared by every memproxy script (prepended by store/scripts.rs).
--- A search spec travels in ARGV as: <n> <arg1> … <argn> (the FT.SEARCH arguments, index first).
+--
+-- ARGV starts with the rights block: <count>, then <count> commands as <n> <cmd> <arg>…, each
+-- checked with redis.acl_check_cmd as the calling connection's ACL user before anything else
+-- runs. The script's own arguments follow; they are read from `A` (ARGV after the block).
+-- A search spec travels as: <n> <arg1> … <argn> (the FT.SEARCH arguments, index first).
 
--- Read the search spec at ARGV[i]; returns the argument table and the index after it.
-local function read_spec(i)
+-- Read the spec at ARGV[i]; returns the argument table and the index after it.
+local function read_spec_argv(i)
   local n = tonumber(ARGV[i])
   local args = {}
   for j = 1, n do args[j] = ARGV[i + j] end
+  return args, i + n + 1
+end
+
+local A = {}
+do
+  local i = 2
+  for _ = 1, tonumber(ARGV[1]) do
+    local c
+    c, i = read_spec_argv(i)
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply("NOPERM this user has no permissions to run '" .. c[1] ..
+        "' on '" .. (c[2] or '') .. "'")
+    end
+  end
+  for j = i, #ARGV do A[#A + 1] = ARGV[j] end
+end
+
+-- Read the search spec at A[i]; returns the argument table and the index after it.
+local function read_spec(i)
+  local n = tonumber(A[i])
+  local args = {}
+  for j = 1, n do args[j] = A[i + j] end
   return args, i + n + 1
 end
 
@@ -30,7 +56,7 @@ local function search(args)
   return {'ok', r[1], rows}
 end
 
--- Run `count` search specs starting at ARGV[i]; returns their results and the index after them.
+-- Run `count` search specs starting at A[i]; returns their results and the index after them.
 local function search_specs(count, i)
   local out = {}
   for s = 1, count do
@@ -55,27 +81,43 @@ local function expect_type(key, want)
   return nil
 end
 
--- Dedup-or-write of one memory. dedup_spec_at: ARGV index of the KNN-1 search spec (or nil).
--- Returns {'new'|'dedup', key, distance or '', pttl}.
-local function remember(new_key, doc, ttl, threshold, dedup_spec_at)
-  local distance = ''
-  if dedup_spec_at then
-    local args = read_spec(dedup_spec_at)
-    local r = search(args)
-    if r[1] == 'err' then return redis.error_reply(r[2]) end
-    local row = r[3][1]
-    if row then
-      distance = field(row[4], 'distance') or ''
+-- A TTL argument: a whole number of seconds, 0 for none.
+local function valid_ttl(s)
+  local t = tonumber(s)
+  if not t or t ~= math.floor(t) or t < 0 or t > 2147483647 then
+    return nil, redis.error_reply('ERR invalid TTL ' .. tostring(s))
+  end
+  return t, nil
+end
+
+-- The dedup decision, without writing. dedup_spec_at: A index of the KNN search spec (or nil);
+-- the nearest hit whose user, namespace and kind equal the scope exactly is the candidate
+-- (TAG matching is looser: case, separators). Returns {key or nil, distance or ''} or an error.
+local function dedup_candidate(dedup_spec_at, threshold, user, ns, kind)
+  if not dedup_spec_at then return {nil, ''} end
+  local r = search(read_spec(dedup_spec_at))
+  if r[1] == 'err' then return nil, redis.error_reply(r[2]) end
+  for _, row in ipairs(r[3]) do
+    local f = row[4]
+    if field(f, 'user') == user and field(f, 'namespace') == ns and field(f, 'kind') == kind then
+      local distance = field(f, 'distance') or ''
       local d = tonumber(distance)
-      if d and threshold >= 0 and d <= threshold then
-        redis.call('JSON.NUMINCRBY', row[1], '$.hit_count', 1)
-        return {'dedup', row[1], distance, redis.call('PTTL', row[1])}
-      end
+      if d and threshold >= 0 and d <= threshold then return {row[1], distance} end
+      return {nil, distance}
     end
   end
-  redis.call('JSON.SET', new_key, '$', doc)
+  return {nil, ''}
+end
+
+-- Write (or bump) after every check has passed. Returns {'new'|'dedup', key, distance, pttl}.
+local function remember_write(new_key, doc, ttl, cand)
+  if cand[1] then
+    redis.call('JSON.NUMINCRBY', cand[1], '$.hit_count', 1)
+    return {'dedup', cand[1], cand[2], redis.call('PTTL', cand[1])}
+  end
+  redis.call('JSON.SET', new_key, '$', doc, 'NX')
   if ttl > 0 then redis.call('EXPIRE', new_key, ttl) end
-  return {'new', new_key, distance, redis.call('PTTL', new_key)}
+  return {'new', new_key, cand[2], redis.call('PTTL', new_key)}
 end
 
 -- With scopes bound to ACL users: a session that exists must belong to `owner` ('' = unbound).

@@ -1,2 +1,2 @@
--- ARGV: <count> then <count> search specs. Returns one search() result per spec.
-return search_specs(tonumber(ARGV[1]), 2)
+-- A: <count> then <count> search specs. Returns one search() result per spec. (no-writes)
+return search_specs(tonumber(A[1]), 2)

@@ -1,30 +1,48 @@
 -- One agent turn, atomically. KEYS: session hash, event stream, new memory key.
--- ARGV: thread role content now session_ttl max_turns events_max_len user agent
---       remember_kind ('' to skip) doc mem_ttl threshold mem_prefix owner n_recall, then n_recall specs,
---       then the dedup spec when remembering with dedup.
--- Order: recall (reads) → remember → append the turn → one event.
+-- A: thread role content now session_ttl max_turns events_max_len user agent
+--    remember_kind ('' to skip) doc mem_ttl threshold mem_prefix owner namespace n_recall, then
+--    n_recall specs, then the dedup spec when remembering with dedup.
+-- Order: every check (types, owner, TTLs, the dedup decision, a colliding id) → recall (reads) →
+-- writes: remember → append the turn → one event. Nothing is written unless all checks pass.
+-- Returns {turn_count, recalled, remembered, event}, or {'collision'}.
 local err = expect_type(KEYS[1], 'hash') or expect_type(KEYS[2], 'stream') or expect_type(KEYS[3], 'ReJSON-RL')
-  or check_owner(KEYS[1], ARGV[15])
+  or check_owner(KEYS[1], A[15])
 if err then return err end
-local thread, role, content, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ttl, max_turns, maxlen = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local kind, doc, mem_ttl, threshold = ARGV[10], ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
+local thread, role, content, now = A[1], A[2], A[3], A[4]
+local ttl, terr = valid_ttl(A[5])
+if terr then return terr end
+local max_turns, maxlen = tonumber(A[6]), A[7]
+local kind, doc, threshold = A[10], A[11], tonumber(A[13])
+local mem_ttl, merr = valid_ttl(A[12])
+if merr then return merr end
+local prefix = A[14]
+local tc = redis.call('HGET', KEYS[1], 'turn_count')
+if tc and not tonumber(tc) then
+  return redis.error_reply('ERR session ' .. KEYS[1] .. ' has a turn_count that is not a number')
+end
 
-local prefix = ARGV[14]
-local recalled, i = search_specs(tonumber(ARGV[16]), 17)
+local recalled, i = search_specs(tonumber(A[17]), 18)
 
-local remembered, detail = false, ''
+local cand = nil
 if kind ~= '' then
   local at = nil
   if threshold >= 0 then at = i end
-  remembered = remember(KEYS[3], doc, mem_ttl, threshold, at)
-  if remembered.err then return remembered end
+  local cerr
+  cand, cerr = dedup_candidate(at, threshold, A[8], A[16], kind)
+  if cerr then return cerr end
+  if not cand[1] and redis.call('EXISTS', KEYS[3]) == 1 then return {'collision'} end
+end
+
+-- Writes from here on.
+local remembered, detail = false, ''
+if cand then
+  remembered = remember_write(KEYS[3], doc, mem_ttl, cand)
   local id = string.sub(remembered[2], #prefix + 1)
   if remembered[1] == 'new' then detail = 'wrote ' .. id .. ' as ' .. kind else detail = 'deduped onto ' .. id end
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'thread_id', thread, 'user', ARGV[8], 'agent', ARGV[9], 'goal', '',
+  redis.call('HSET', KEYS[1], 'thread_id', thread, 'user', A[8], 'agent', A[9], 'goal', '',
     'scratchpad', '', 'turn_count', 0, 'created_ts', now, 'recent_turns', '[]')
 end
 local turns = {}
