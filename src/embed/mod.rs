@@ -41,6 +41,8 @@ pub enum EmbedError {
     Load(String),
     #[error("embedding failed: {0}")]
     Run(String),
+    #[error("embedding timed out after {0} ms")]
+    Timeout(u64),
 }
 
 /// Cloneable handle to the embedding workers.
@@ -52,6 +54,7 @@ pub struct Embedder {
     stats: Arc<worker::Stats>,
     inflight: Arc<worker::InFlight>,
     info: Arc<ModelInfo>,
+    timeout: std::time::Duration,
 }
 
 /// What is known about the loaded model.
@@ -127,6 +130,7 @@ impl Embedder {
             stats,
             inflight,
             info: Arc::new(info),
+            timeout: std::time::Duration::from_millis(cfg.embed_timeout_ms),
         }
     }
 
@@ -170,7 +174,11 @@ impl Embedder {
                 slot.insert(vec![tx]);
             }
         }
-        rx.await.map_err(|_| EmbedError::Stopped)?
+        // Every request has a deadline: a stuck model run fails its callers, not the proxy.
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(r) => r.map_err(|_| EmbedError::Stopped)?,
+            Err(_) => Err(EmbedError::Timeout(self.timeout.as_millis() as u64)),
+        }
     }
 
     /// Start embedding `text` in the background so that a later [`Embedder::embed`] finds it

@@ -65,7 +65,18 @@ pub fn spawn(
                 let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
-                match model.embed(&texts) {
+                // A panicking model run fails only the requests in it; the worker goes on.
+                let run =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.embed(&texts)))
+                        .unwrap_or_else(|p| {
+                            let why = p
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| p.downcast_ref::<String>().cloned())
+                                .unwrap_or_default();
+                            Err(EmbedError::Run(format!("the model run panicked: {why}")))
+                        });
+                match run {
                     Ok(vectors) => {
                         for (job, v) in jobs.iter().zip(vectors) {
                             let v: Vector = v.into();

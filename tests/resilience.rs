@@ -1,0 +1,607 @@
+//! What users do to their Redis, and what no input may do to it (issue: keep working, never harm).
+//!
+//! Each test runs against a real redis-server with the modules: FLUSHALL, FLUSHDB, FT.DROPINDEX,
+//! SCRIPT FLUSH and the guide's own index recreated under memproxy; a generated corpus of 10,000
+//! questions (stopwords, punctuation, query syntax, unicode, long texts) in every recall mode;
+//! maxmemory and read replicas; batched erasure; per-client bounds; clients that vanish while
+//! blocked; all-or-nothing scripts.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::*;
+use redis::Value;
+
+fn remember(con: &mut redis::Connection, text: &str, user: &str) -> String {
+    let v = q(
+        con,
+        &["MEM.REMEMBER", text, "USER", user, "KIND", "semantic"],
+    );
+    as_str(get(&v, "id"))
+}
+
+fn recall_texts(con: &mut redis::Connection, text: &str, user: &str) -> Vec<String> {
+    items(&q(con, &["MEM.RECALL", text, "USER", user]))
+        .iter()
+        .map(|h| as_str(get(h, "text")))
+        .collect()
+}
+
+/// After each way of losing the index (or the scripts), MEM.* work again without a restart.
+#[test]
+fn index_and_scripts_come_back_after_what_users_do() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    let mut d = direct(&redis);
+    let ways: [&[&str]; 6] = [
+        &["FLUSHALL"],
+        &["FLUSHDB"],
+        &["FT.DROPINDEX", "agentmem:idx"],
+        &["FT.DROPINDEX", "agentmem:idx", "DD"],
+        &["SCRIPT", "FLUSH"],
+        &["FLUSHALL", "ASYNC"],
+    ];
+    for (i, way) in ways.iter().enumerate() {
+        let user = format!("life{i}");
+        remember(&mut con, "The user keeps bees on the roof.", &user);
+        assert_eq!(recall_texts(&mut con, "beekeeping", &user).len(), 1);
+        q(&mut d, way);
+        // Every verb, the first one after the loss included, works again.
+        let info = q(&mut con, &["MEM.INFO"]);
+        assert_eq!(as_str(get(&info, "index")), "agentmem:idx", "{way:?}");
+        let id = remember(&mut con, "The user grows tomatoes.", &user);
+        assert_eq!(id.len(), 12, "{way:?}");
+        let hits = recall_texts(&mut con, "gardening vegetables", &user);
+        assert!(
+            hits.contains(&"The user grows tomatoes.".to_string()),
+            "{way:?}: {hits:?}"
+        );
+        let kw = items(&q(
+            &mut con,
+            &["MEM.RECALL", "tomatoes", "USER", &user, "MODE", "keyword"],
+        ))
+        .len();
+        assert!(kw >= 1, "{way:?}");
+        let t = q(
+            &mut con,
+            &[
+                "MEM.TURN",
+                &format!("t{i}"),
+                "user",
+                "hello there",
+                "USER",
+                &user,
+            ],
+        );
+        assert_eq!(as_i64(get(&t, "turn_count")), 1, "{way:?}");
+    }
+    // The guide's demo drops the index and creates its own (no CASESENSITIVE): memproxy uses it
+    // and never drops or alters it.
+    q(&mut d, &["FT.DROPINDEX", "agentmem:idx"]);
+    q(
+        &mut d,
+        &[
+            "FT.CREATE",
+            "agentmem:idx",
+            "ON",
+            "JSON",
+            "PREFIX",
+            "1",
+            "agent:mem:",
+            "SCHEMA",
+            "$.text",
+            "AS",
+            "text",
+            "TEXT",
+            "$.user",
+            "AS",
+            "user",
+            "TAG",
+            "$.namespace",
+            "AS",
+            "namespace",
+            "TAG",
+            "$.kind",
+            "AS",
+            "kind",
+            "TAG",
+            "$.source_thread",
+            "AS",
+            "source_thread",
+            "TAG",
+            "$.created_ts",
+            "AS",
+            "created_ts",
+            "NUMERIC",
+            "SORTABLE",
+            "$.hit_count",
+            "AS",
+            "hit_count",
+            "NUMERIC",
+            "SORTABLE",
+            "$.embedding",
+            "AS",
+            "embedding",
+            "VECTOR",
+            "HNSW",
+            "6",
+            "TYPE",
+            "FLOAT32",
+            "DIM",
+            "384",
+            "DISTANCE_METRIC",
+            "COSINE",
+        ],
+    );
+    remember(&mut con, "The user sails on weekends.", "guide");
+    assert_eq!(
+        recall_texts(&mut con, "Does the user go sailing?", "guide").len(),
+        1
+    );
+    let info = format!("{:?}", q(&mut d, &["FT.INFO", "agentmem:idx"]));
+    assert!(
+        !info.contains("CASESENSITIVE"),
+        "the guide's index was left as it was"
+    );
+}
+
+/// Generated questions: natural, all-stopword, single words, punctuation, digits, unicode,
+/// every query-syntax character, very long. `n` of them, deterministic.
+fn corpus(n: usize) -> Vec<String> {
+    const STOP: [&str; 33] = [
+        "a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in",
+        "into", "it", "no", "not", "of", "on", "or", "such", "that", "their", "then", "there",
+        "these", "they", "this", "to", "was", "will", "with",
+    ];
+    const WORDS: [&str; 16] = [
+        "pets", "any", "user", "allergic", "peanuts", "where", "live", "does", "what", "cook",
+        "weather", "mars", "prefers", "concise", "answers", "dog",
+    ];
+    const SYNTAX: &str = "@{}[]()|-~*%:;$^\"'\\/,.<>=!?&#+`";
+    const UNI: [&str; 8] = [
+        "日本語",
+        "über",
+        "ñandú",
+        "🙂",
+        "Ελληνικά",
+        "ß",
+        "\u{200b}",
+        "עברית",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut out = vec![
+        "are there any pets?".to_string(),
+        "Are there any?".to_string(),
+        "is it a the and or".to_string(),
+        "????".to_string(),
+        "-".to_string(),
+        "*".to_string(),
+        "@text:(are|there|any)".to_string(),
+        "\\".to_string(),
+        "x".repeat(60_000),
+    ];
+    while out.len() < n {
+        let kind = next() % 7;
+        let len = 1 + (next() % 12) as usize;
+        let mut parts = Vec::new();
+        for _ in 0..len {
+            let r = next() as usize;
+            parts.push(match kind {
+                0 => STOP[r % STOP.len()].to_string(),
+                1 => WORDS[r % WORDS.len()].to_string(),
+                2 => SYNTAX.chars().nth(r % SYNTAX.len()).unwrap().to_string(),
+                3 => (r % 100_000).to_string(),
+                4 => UNI[r % UNI.len()].to_string(),
+                5 => format!(
+                    "{}{}{}",
+                    STOP[r % STOP.len()],
+                    SYNTAX.chars().nth(r % SYNTAX.len()).unwrap(),
+                    WORDS[(r / 7) % WORDS.len()]
+                ),
+                _ => {
+                    if r % 2 == 0 {
+                        STOP[r % STOP.len()].to_string()
+                    } else {
+                        WORDS[r % WORDS.len()].to_string()
+                    }
+                }
+            });
+        }
+        let sep = if next() % 3 == 0 { "|" } else { " " };
+        let mut q = parts.join(sep);
+        if next() % 4 == 0 {
+            q.push('?');
+        }
+        out.push(q);
+    }
+    out
+}
+
+/// No question can hurt the upstream: 10,000 generated questions in keyword and hybrid mode
+/// (the modes that reach RediSearch's query parser) and 2,000 in vector mode; every answer is a
+/// reply or a one-line error, and the server is alive afterwards.
+#[test]
+fn no_question_harms_the_upstream() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    for t in [
+        "The user has a dog named Rex.",
+        "There are no pets at the office.",
+        "Are there any allergies? The user is allergic to peanuts.",
+    ] {
+        remember(&mut con, t, "fuzz");
+    }
+    let questions = corpus(10_000);
+    let run = |mode: &str, qs: &[String]| {
+        let mut raw = proxy.raw();
+        for chunk in qs.chunks(64) {
+            let mut bytes = Vec::new();
+            for q in chunk {
+                bytes.extend(encode(&[
+                    b"MEM.RECALL",
+                    q.as_bytes(),
+                    b"USER",
+                    b"fuzz",
+                    b"MODE",
+                    mode.as_bytes(),
+                ]));
+            }
+            raw.send(&bytes);
+            for q in chunk {
+                let r = raw.read();
+                match r[0] {
+                    b'*' => {}
+                    b'-' => assert_eq!(
+                        r.iter().filter(|&&b| b == b'\n').count(),
+                        1,
+                        "one-line error for {q:?}"
+                    ),
+                    _ => panic!("unexpected reply to {q:?}: {}", String::from_utf8_lossy(&r)),
+                }
+            }
+        }
+    };
+    run("keyword", &questions);
+    run("hybrid", &questions);
+    run("vector", &questions[..2_000]);
+    let mut d = direct(&redis);
+    assert_eq!(q(&mut d, &["PING"]), Value::SimpleString("PONG".into()));
+    let info: String = redis::cmd("INFO").arg("server").query(&mut d).unwrap();
+    let uptime: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(uptime >= 1, "the same server, never restarted");
+    // The crash the issue reported is answered, not fatal.
+    let hits = items(&q(
+        &mut con,
+        &[
+            "MEM.RECALL",
+            "are there any pets?",
+            "USER",
+            "fuzz",
+            "MODE",
+            "keyword",
+        ],
+    ))
+    .len();
+    assert!(hits >= 1, "'any pets' still finds by its non-stopwords");
+}
+
+/// Read verbs work at maxmemory with noeviction; writes answer Redis's OOM in one line.
+#[test]
+fn reads_at_maxmemory_writes_answer_oom() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    remember(&mut con, "The user drinks green tea.", "oom");
+    q(&mut con, &["MEM.SESSION", "START", "oom-t", "USER", "oom"]);
+    let mut d = direct(&redis);
+    q(&mut d, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    q(&mut d, &["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(recall_texts(&mut con, "tea", "oom").len(), 1);
+    assert_eq!(items(&q(&mut con, &["MEM.LIST", "USER", "oom"])).len(), 1);
+    assert!(q(&mut con, &["MEM.SESSION", "GET", "oom-t"]) != Value::Nil);
+    assert_eq!(items(&q(&mut con, &["MEM.EVENTS", "oom-t"])).len(), 1);
+    let e = err(
+        &mut con,
+        &["MEM.REMEMBER", "The user likes coffee.", "USER", "oom"],
+    );
+    assert!(e.starts_with("OOM"), "{e}");
+    let e = err(
+        &mut con,
+        &["MEM.TURN", "oom-t", "user", "hello", "USER", "oom"],
+    );
+    assert!(e.starts_with("OOM"), "{e}");
+    q(&mut d, &["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(
+        as_i64(get(
+            &q(&mut con, &["MEM.SESSION", "GET", "oom-t"]),
+            "turn_count"
+        )),
+        0,
+        "the refused turn wrote nothing"
+    );
+}
+
+/// Against a read replica: reads work, writes answer READONLY.
+#[test]
+fn reads_on_a_replica_writes_answer_readonly() {
+    let primary = Redis::start(&[]);
+    let primary_proxy = Proxy::start(&primary.url(), |_| {});
+    let mut p = primary_proxy.client();
+    remember(&mut p, "The user plays the cello.", "rep");
+    let replica = Redis::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let mut rd = direct(&replica);
+    eventually("the replica has the memory", || {
+        let n: i64 = redis::cmd("DBSIZE").query(&mut rd).unwrap_or(0);
+        let info: Value = redis::cmd("FT._LIST").query(&mut rd).unwrap_or(Value::Nil);
+        n >= 1 && format!("{info:?}").contains("agentmem")
+    });
+    let proxy = Proxy::start(&replica.url(), |_| {});
+    let mut con = proxy.client();
+    eventually("the replica indexed it", || {
+        recall_texts(&mut con, "music instrument", "rep").len() == 1
+    });
+    let e = err(
+        &mut con,
+        &["MEM.REMEMBER", "The user plays piano.", "USER", "rep"],
+    );
+    assert!(e.starts_with("READONLY"), "{e}");
+}
+
+/// Scope erasure runs in bounded batches and reports the full count.
+#[test]
+fn large_erasure_in_batches_reports_the_full_count() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut d = direct(&redis);
+    let mut con = proxy.client();
+    remember(&mut con, "seed so the index exists", "someone-else");
+    // 1,050 memories written directly (more than five batches), plus a case variant that the
+    // TAG query matches and exact erasure must keep.
+    let vec_json = format!("[{}]", vec!["0.05"; 384].join(","));
+    let mut pipe = redis::pipe();
+    for i in 0..1_050 {
+        pipe.cmd("JSON.SET")
+            .arg(format!("agent:mem:er{i:010}"))
+            .arg("$")
+            .arg(format!(
+                r#"{{"id":"er{i:010}","user":"eraser","namespace":"default","kind":"episodic","source_thread":"","text":"fact {i}","embedding":{vec_json},"created_ts":1.0,"hit_count":0}}"#
+            ))
+            .ignore();
+    }
+    pipe.cmd("JSON.SET")
+        .arg("agent:mem:erCASE000000")
+        .arg("$")
+        .arg(format!(
+            r#"{{"id":"erCASE000000","user":"ERASER","namespace":"default","kind":"episodic","source_thread":"","text":"other","embedding":{vec_json},"created_ts":1.0,"hit_count":0}}"#
+        ))
+        .ignore();
+    pipe.query::<()>(&mut d).unwrap();
+    let n = as_i64(&q(&mut con, &["MEM.FORGET", "USER", "eraser"]));
+    assert_eq!(n, 1_050);
+    assert_eq!(
+        as_i64(&q(&mut con, &["MEM.FORGET", "USER", "eraser"])),
+        0,
+        "repeatable"
+    );
+    let left: i64 = redis::cmd("EXISTS")
+        .arg("agent:mem:erCASE000000")
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(left, 1, "another user's memory (a case variant) stays");
+}
+
+/// A request over the byte or argument bound is refused and its client closed; others go on.
+#[test]
+fn per_client_bounds() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| {
+        c.max_request_bytes = 1 << 20;
+        c.max_request_args = 1000;
+    });
+    let mut other = proxy.raw();
+    let mut big = proxy.raw();
+    // Refused as soon as the header announces more than the bound (before the payload comes).
+    big.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000000\r\nxxxx");
+    let r = big.read_str();
+    assert!(r.contains("max_request_bytes"), "{r}");
+    assert!(big.closed());
+    let mut many = proxy.raw();
+    many.send(b"*5000\r\n$3\r\nDEL\r\n");
+    let r = many.read_str();
+    assert!(r.contains("max_request_args"), "{r}");
+    assert!(many.closed());
+    other.cmd(&[b"PING"]);
+    assert_eq!(other.read_str(), "+PONG\r\n");
+}
+
+/// A client that writes a whole large pipeline before reading anything is served (no deadlock),
+/// and the proxy does not hold the backlog.
+#[test]
+fn whole_pipeline_written_before_reading_is_served() {
+    let s = shared();
+    let key = unique("pipe");
+    let n = 400_000usize;
+    let mut req = Vec::with_capacity(n * 40);
+    for _ in 0..n {
+        req.extend_from_slice(&encode(&[b"INCR", key.as_bytes()]));
+    }
+    let mut sock = std::net::TcpStream::connect(s.proxy.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    sock.write_all(&req).unwrap();
+    let mut got = Vec::new();
+    let expected_tail = format!(":{n}\r\n");
+    let mut buf = vec![0u8; 1 << 16];
+    while !got.ends_with(expected_tail.as_bytes()) {
+        let k = sock.read(&mut buf).unwrap();
+        assert!(k > 0, "closed early");
+        got.extend_from_slice(&buf[..k]);
+    }
+    assert_eq!(got.iter().filter(|&&b| b == b'\n').count(), n);
+}
+
+fn blocked_clients(d: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(d).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A client that goes away while blocked takes its upstream connection with it at once: Redis
+/// counts no blocked client for it, and the next pushed element goes to a live consumer.
+#[test]
+fn vanished_blocked_clients_leave_nothing_behind() {
+    let s = shared();
+    let mut d = direct(&s.redis);
+    let k = unique("blk");
+    let group_stream = unique("grp");
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&group_stream)
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query::<()>(&mut d)
+        .unwrap();
+    let blocking: [Vec<&[u8]>; 6] = [
+        vec![b"BLPOP", k.as_bytes(), b"0"],
+        vec![b"BRPOP", k.as_bytes(), b"0"],
+        vec![b"BLMOVE", k.as_bytes(), b"dst", b"LEFT", b"RIGHT", b"0"],
+        vec![b"BZPOPMIN", k.as_bytes(), b"0"],
+        vec![b"XREAD", b"BLOCK", b"0", b"STREAMS", k.as_bytes(), b"$"],
+        vec![
+            b"XREADGROUP",
+            b"GROUP",
+            b"g",
+            b"c1",
+            b"BLOCK",
+            b"0",
+            b"STREAMS",
+            group_stream.as_bytes(),
+            b">",
+        ],
+    ];
+    for cmd in blocking {
+        let before = blocked_clients(&mut d);
+        let mut c = s.proxy.raw();
+        c.cmd(&cmd);
+        eventually("the client blocks", || {
+            blocked_clients(&mut d) == before + 1
+        });
+        drop(c);
+        eventually("its upstream connection is gone", || {
+            blocked_clients(&mut d) == before
+        });
+    }
+    // WAIT blocks too (for replicas that do not exist).
+    let mut c = s.proxy.raw();
+    c.cmd(&[b"WAIT", b"1", b"0"]);
+    eventually("WAIT blocks", || blocked_clients(&mut d) >= 1);
+    drop(c);
+    eventually("WAIT's client is gone", || blocked_clients(&mut d) == 0);
+    // Fairness: the dead consumer does not take the element.
+    let mut dead = s.proxy.raw();
+    dead.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
+    eventually("blocked", || blocked_clients(&mut d) == 1);
+    drop(dead);
+    let mut live = s.proxy.raw();
+    eventually("the dead one is gone", || blocked_clients(&mut d) == 0);
+    live.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
+    eventually("live blocks", || blocked_clients(&mut d) == 1);
+    let _: i64 = redis::cmd("RPUSH").arg(&k).arg("v").query(&mut d).unwrap();
+    assert!(live.read_str().contains("$1\r\nv\r\n"));
+}
+
+/// Every failure inside a script leaves no trace: a key in the way, a session whose counter is
+/// not a number, a colliding id — the turn writes nothing at all.
+#[test]
+fn scripts_are_all_or_nothing() {
+    let s = shared();
+    let mut con = s.proxy.client();
+    let mut d = direct(&s.redis);
+    let user = unique("aon");
+    let count = |d: &mut redis::Connection| -> i64 {
+        let v = q(
+            d,
+            &[
+                "FT.SEARCH",
+                "agentmem:idx",
+                &format!("@user:{{{}}}", user.replace('-', "\\-")),
+                "LIMIT",
+                "0",
+                "0",
+            ],
+        );
+        as_i64(&items(&v)[0])
+    };
+    // A session whose turn_count is junk: the turn fails before its first write.
+    let thread = unique("aon-t");
+    q(&mut con, &["MEM.SESSION", "START", &thread, "USER", &user]);
+    q(
+        &mut d,
+        &[
+            "HSET",
+            &format!("agent:session:{thread}"),
+            "turn_count",
+            "many",
+        ],
+    );
+    let events_before = items(&q(&mut con, &["MEM.EVENTS", &thread])).len();
+    let e = err(
+        &mut con,
+        &[
+            "MEM.TURN",
+            &thread,
+            "user",
+            "The user likes jazz.",
+            "USER",
+            &user,
+        ],
+    );
+    assert!(e.contains("turn_count"), "{e}");
+    assert_eq!(count(&mut d), 0, "no memory written");
+    assert_eq!(
+        items(&q(&mut con, &["MEM.EVENTS", &thread])).len(),
+        events_before
+    );
+    // The event stream key holds a string: nothing written either.
+    let t2 = unique("aon-t");
+    q(&mut d, &["SET", &format!("agent:events:{t2}"), "x"]);
+    let e = err(
+        &mut con,
+        &[
+            "MEM.TURN",
+            &t2,
+            "user",
+            "The user likes blues.",
+            "USER",
+            &user,
+        ],
+    );
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(count(&mut d), 0);
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(format!("agent:session:{t2}"))
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(exists, 0);
+}
