@@ -599,7 +599,8 @@ impl Session {
                         let timeout = Duration::from_millis(self.engine.config().op_timeout_ms);
                         let mut link = Link::new(stream, self.ubuf.split(), mode, timeout);
                         let engine = self.engine.clone();
-                        let state = self.state.clone();
+                        let mut state = self.state.clone();
+                        state.trusted = self.mem_trusted;
                         self.local = Some((
                             Box::pin(async move {
                                 let reply = engine.execute(args, &state, &mut link).await;

@@ -22,6 +22,9 @@ pub struct ClientState {
     pub user: Option<String>,
     /// The database it selected.
     pub db: i64,
+    /// A MEM.* on this connection already got past Redis's authentication since the last
+    /// AUTH/HELLO/RESET.
+    pub trusted: bool,
 }
 
 pub struct Engine {
@@ -119,6 +122,11 @@ impl Engine {
         // As Redis: syntax first, then authentication and rights (from Redis itself, on the
         // client's connection, before any model run: see mem::embed::embed).
         let cmd = mem::Command::parse(args, &self.cfg)?;
+        if !client.authenticated && !client.trusted {
+            // Redis refuses long requests from unauthenticated connections as a protocol error
+            // (and closes them): ask with a PING first, so NOAUTH comes as Redis's own answer.
+            crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
+        }
         if client.db != 0 && cmd.touches_data() {
             return Err(MemError::client(format!(
                 "memories live in database 0 (RediSearch indexes only database 0); this connection selected database {}",

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use memproxy::embed::{cosine_distance, onnx, Model};
 use memproxy::Config;
+use std::time::Duration;
 
 struct Reference {
     text: String,
@@ -303,4 +304,58 @@ fn model_directory_from_config() {
     let r = &references()[0];
     let v = mem_embed(&mut con, &r.text);
     assert!(1.0 - cosine_distance(&v, &r.embedding) >= 0.998);
+}
+
+/// A model that panics on one text and hangs on another, to show the worker survives both.
+struct Faulty;
+
+impl memproxy::embed::Model for Faulty {
+    fn dim(&self) -> usize {
+        3
+    }
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memproxy::embed::EmbedError> {
+        if texts.iter().any(|t| t.contains("boom")) {
+            panic!("model exploded");
+        }
+        if texts.iter().any(|t| t.contains("hang")) {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        Ok(texts.iter().map(|_| vec![1.0, 0.0, 0.0]).collect())
+    }
+}
+
+#[test]
+fn a_panicking_or_stuck_model_run_fails_only_its_requests() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cfg = memproxy::Config {
+            embed_timeout_ms: 300,
+            ..memproxy::Config::default()
+        };
+        let info = memproxy::embed::ModelInfo {
+            name: "faulty".into(),
+            path: String::new(),
+            dim: 3,
+        };
+        let e = memproxy::embed::Embedder::with_models(vec![Box::new(Faulty)], info, &cfg);
+        let err = e.embed("boom").await.unwrap_err().to_string();
+        assert!(err.contains("panicked"), "{err}");
+        assert_eq!(
+            e.embed("fine").await.unwrap().len(),
+            3,
+            "the worker lives on"
+        );
+        let err = e.embed("hang").await.unwrap_err().to_string();
+        assert!(err.contains("timed out"), "{err}");
+        // Once the stuck run ends, the worker serves again.
+        let mut ok = false;
+        for _ in 0..50 {
+            if e.embed("after").await.is_ok() {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ok);
+    });
 }

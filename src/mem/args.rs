@@ -209,6 +209,16 @@ impl Options {
 
     /// USER / NS / KIND / THREAD as a scope (defaults `default`).
     pub fn scope(&self, a: &Args) -> MemResult<Scope> {
+        for name in ["USER", "NS", "THREAD"] {
+            if let Some(v) = self.str(name) {
+                if v.trim().is_empty() {
+                    return Err(a.err(format!("{name} must not be empty")));
+                }
+                if v.len() > 512 {
+                    return Err(a.err(format!("{name} is longer than 512 bytes")));
+                }
+            }
+        }
         Ok(Scope {
             user: self.str("USER").unwrap_or("default").to_string(),
             namespace: self.str("NS").unwrap_or("default").to_string(),
