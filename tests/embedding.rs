@@ -318,7 +318,7 @@ impl memproxy::embed::Model for Faulty {
             panic!("model exploded");
         }
         if texts.iter().any(|t| t.contains("hang")) {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(3000));
         }
         Ok(texts.iter().map(|_| vec![1.0, 0.0, 0.0]).collect())
     }
@@ -329,7 +329,7 @@ fn a_panicking_or_stuck_model_run_fails_only_its_requests() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let cfg = memproxy::Config {
-            embed_timeout_ms: 300,
+            embed_timeout_ms: 1000,
             ..memproxy::Config::default()
         };
         let info = memproxy::embed::ModelInfo {

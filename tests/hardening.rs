@@ -255,7 +255,11 @@ fn oom_midway_leaves_nothing_half_written() {
     let keys: Vec<String> = redis::cmd("KEYS").arg("agent:mem:*").query(&mut d).unwrap();
     for k in keys {
         let ttl: i64 = redis::cmd("TTL").arg(&k).query(&mut d).unwrap();
-        assert!(ttl > 0, "{k} has no TTL");
+        let doc: String = redis::cmd("JSON.GET")
+            .arg(&k)
+            .query(&mut d)
+            .unwrap_or_default();
+        assert!(ttl > 0, "{k} has no TTL: {doc}");
     }
 }
 

@@ -75,18 +75,50 @@ impl Redis {
 
     /// Start on a free port, with or without RedisJSON and RediSearch.
     pub fn start_with(modules: bool, extra: &[&str]) -> Redis {
-        Redis::launch(free_port(), modules, extra)
+        Redis::launch(free_port(), modules, extra, true)
     }
 
     /// Start with both modules on a given port (to stand in for a restarted server).
     pub fn start_on(port: u16, extra: &[&str]) -> Redis {
-        Redis::launch(port, true, extra)
+        Redis::launch(port, true, extra, false)
     }
 
-    fn launch(port: u16, modules: bool, extra: &[&str]) -> Redis {
+    fn launch(port: u16, modules: bool, extra: &[&str], may_move: bool) -> Redis {
+        // A port found free may be taken by another test's server before ours binds it: then ours
+        // exits, and the one answering is not ours. Check the pid; retry (on another port when
+        // the caller did not ask for this one).
+        let password = extra
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| p.to_string());
+        let mut port = port;
+        for _ in 0..5 {
+            let mut r = Redis::spawn(port, modules, extra);
+            if r.wait_ready(password.as_deref()) {
+                return r;
+            }
+            r.kill();
+            if may_move {
+                port = free_port();
+            } else {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        panic!("redis-server did not start (last port {port})")
+    }
+
+    fn spawn(port: u16, modules: bool, extra: &[&str]) -> Redis {
         let d = deps();
+        // Each server in a directory of its own: a replica's full sync makes its primary write
+        // dump.rdb, which a later server started in the same directory would load.
+        let dir =
+            std::env::temp_dir().join(format!("memproxy-test-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let mut cmd = Command::new(d.join("bin/redis-server"));
         cmd.args([
+            "--dir",
+            dir.to_str().unwrap(),
             "--port",
             &port.to_string(),
             "--bind",
@@ -113,34 +145,49 @@ impl Redis {
             });
         }
         let child = spawn_from_keeper(cmd);
-        let r = Redis {
+        Redis {
             port,
             child: Some(child),
-        };
-        r.wait_ready(extra.contains(&"--requirepass"));
-        r
+        }
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&self, auth: bool) {
+    /// Wait until *this* server (checked by pid) answers; false if it exited or never answered.
+    fn wait_ready(&mut self, password: Option<&str>) -> bool {
+        let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = s.write_all(b"PING\r\n");
-                let mut buf = [0u8; 64];
-                let n = s.read(&mut buf).unwrap_or(0);
-                if buf[..n].starts_with(b"+PONG") || (auth && buf[..n].starts_with(b"-NOAUTH")) {
-                    return;
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return false;
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not start",
-                self.port
-            );
+            if let Ok(s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut r = BufReader::new(s);
+                let mut req = Vec::new();
+                if let Some(p) = password {
+                    req.extend(encode(&[b"AUTH", p.as_bytes()]));
+                }
+                req.extend(encode(&[b"INFO", b"server"]));
+                let _ = r.get_mut().write_all(&req);
+                let mut line = String::new();
+                while r.read_line(&mut line).unwrap_or(0) > 0 {
+                    if let Some(p) = line.strip_prefix("process_id:") {
+                        return p.trim().parse::<u32>().ok() == Some(pid);
+                    }
+                    if line.starts_with('-') && !line.starts_with("-LOADING") {
+                        break;
+                    }
+                    line.clear();
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
