@@ -5,11 +5,11 @@
 -- runs. The script's own arguments follow; they are read from `A` (ARGV after the block).
 -- A search spec travels as: <n> <arg1> … <argn> (the FT.SEARCH arguments, index first).
 
--- Read the spec at ARGV[i]; returns the argument table and the index after it.
-local function read_spec_argv(i)
-  local n = tonumber(ARGV[i])
+-- Read the spec at t[i]; returns the argument table and the index after it.
+local function read_spec_in(t, i)
+  local n = tonumber(t[i])
   local args = {}
-  for j = 1, n do args[j] = ARGV[i + j] end
+  for j = 1, n do args[j] = t[i + j] end
   return args, i + n + 1
 end
 
@@ -18,7 +18,7 @@ do
   local i = 2
   for _ = 1, tonumber(ARGV[1]) do
     local c
-    c, i = read_spec_argv(i)
+    c, i = read_spec_in(ARGV, i)
     if not redis.acl_check_cmd(unpack(c)) then
       return redis.error_reply("NOPERM this user has no permissions to run '" .. c[1] ..
         "' on '" .. (c[2] or '') .. "'")
@@ -29,10 +29,7 @@ end
 
 -- Read the search spec at A[i]; returns the argument table and the index after it.
 local function read_spec(i)
-  local n = tonumber(A[i])
-  local args = {}
-  for j = 1, n do args[j] = A[i + j] end
-  return args, i + n + 1
+  return read_spec_in(A, i)
 end
 
 -- Run FT.SEARCH; returns {'ok', total, rows} with rows {key, pttl, score, {field, value, …}},
