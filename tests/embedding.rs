@@ -337,7 +337,14 @@ fn a_panicking_or_stuck_model_run_fails_only_its_requests() {
             path: String::new(),
             dim: 3,
         };
-        let e = memproxy::embed::Embedder::with_models(vec![Box::new(Faulty)], info, &cfg);
+        let factory: memproxy::embed::worker::Factory =
+            std::sync::Arc::new(|| Ok(Box::new(Faulty) as Box<dyn memproxy::embed::Model>));
+        let e = memproxy::embed::Embedder::with_models(
+            vec![Box::new(Faulty)],
+            info,
+            Some(factory),
+            &cfg,
+        );
         let err = e.embed("boom").await.unwrap_err().to_string();
         assert!(err.contains("panicked"), "{err}");
         assert_eq!(
@@ -347,15 +354,14 @@ fn a_panicking_or_stuck_model_run_fails_only_its_requests() {
         );
         let err = e.embed("hang").await.unwrap_err().to_string();
         assert!(err.contains("timed out"), "{err}");
-        // Once the stuck run ends, the worker serves again.
-        let mut ok = false;
-        for _ in 0..50 {
-            if e.embed("after").await.is_ok() {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(ok);
+        assert_eq!(e.workers_replaced(), 1);
+        // The replacement serves while the stuck run (3 s) is still going.
+        let start = std::time::Instant::now();
+        assert_eq!(e.embed("after").await.unwrap().len(), 3);
+        assert!(
+            start.elapsed() < Duration::from_millis(1900),
+            "served by the replacement, not after the stuck run: {:?}",
+            start.elapsed()
+        );
     });
 }

@@ -51,7 +51,7 @@ pub struct Embedder {
     queue: crossbeam_channel::Sender<worker::Job>,
     capacity: usize,
     cache: Arc<cache::Cache>,
-    stats: Arc<worker::Stats>,
+    pool: Arc<worker::Pool>,
     inflight: Arc<worker::InFlight>,
     info: Arc<ModelInfo>,
     timeout: std::time::Duration,
@@ -83,9 +83,13 @@ impl Embedder {
             optimization: cfg.embed_graph_optimization,
             spinning: cfg.embed_spinning,
         };
+        let load_dir = dir.clone();
+        let factory: worker::Factory = Arc::new(move || {
+            Ok(Box::new(onnx::OnnxModel::load(&load_dir, &opts)?) as Box<dyn Model>)
+        });
         let mut models: Vec<Box<dyn Model>> = Vec::new();
         for _ in 0..cfg.embed_workers {
-            models.push(Box::new(onnx::OnnxModel::load(&dir, &opts)?));
+            models.push(factory()?);
         }
         let name = dir
             .file_name()
@@ -96,11 +100,17 @@ impl Embedder {
             path: dir.display().to_string(),
             dim: models[0].dim(),
         };
-        Ok(Embedder::with_models(models, info, cfg))
+        Ok(Embedder::with_models(models, info, Some(factory), cfg))
     }
 
-    /// Serve with the given models (one worker thread each).
-    pub fn with_models(models: Vec<Box<dyn Model>>, info: ModelInfo, cfg: &Config) -> Embedder {
+    /// Serve with the given models (one worker thread each); `factory` loads a replacement for a
+    /// worker whose run outlasts the deadline (without one, the stuck worker is only retired).
+    pub fn with_models(
+        models: Vec<Box<dyn Model>>,
+        info: ModelInfo,
+        factory: Option<worker::Factory>,
+        cfg: &Config,
+    ) -> Embedder {
         let cache = Arc::new(cache::Cache::new(
             cfg.embed_cache_entries,
             cfg.embed_cache_bytes,
@@ -110,24 +120,16 @@ impl Embedder {
             max_batch: cfg.embed_max_batch,
             max_wait: std::time::Duration::from_micros(cfg.embed_max_wait_us),
         };
-        let stats = Arc::new(worker::Stats::default());
         let inflight = Arc::new(worker::InFlight::new());
-        for (i, model) in models.into_iter().enumerate() {
-            worker::spawn(
-                i,
-                model,
-                rx.clone(),
-                batching.clone(),
-                cache.clone(),
-                stats.clone(),
-                inflight.clone(),
-            );
+        let pool = worker::Pool::new(rx, batching, cache.clone(), inflight.clone(), factory);
+        for model in models {
+            pool.spawn(model);
         }
         Embedder {
             queue: tx,
             capacity: cfg.embed_queue,
             cache,
-            stats,
+            pool,
             inflight,
             info: Arc::new(info),
             timeout: std::time::Duration::from_millis(cfg.embed_timeout_ms),
@@ -146,9 +148,17 @@ impl Embedder {
     pub fn batch_stats(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (
-            self.stats.batches.load(Relaxed),
-            self.stats.texts.load(Relaxed),
+            self.pool.stats.batches.load(Relaxed),
+            self.pool.stats.texts.load(Relaxed),
         )
+    }
+
+    /// Workers replaced because a model run outlasted the deadline.
+    pub fn workers_replaced(&self) -> u64 {
+        self.pool
+            .stats
+            .replaced
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The embedding of `text`: from the cache, from a run already under way for the same text,
@@ -177,7 +187,13 @@ impl Embedder {
         // Every request has a deadline: a stuck model run fails its callers, not the proxy.
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(r) => r.map_err(|_| EmbedError::Stopped)?,
-            Err(_) => Err(EmbedError::Timeout(self.timeout.as_millis() as u64)),
+            Err(_) => {
+                // Whoever asks for this text next queues afresh, and a worker stuck in a run
+                // longer than the deadline is replaced.
+                self.inflight.remove(text);
+                self.pool.replace_stuck(self.timeout);
+                Err(EmbedError::Timeout(self.timeout.as_millis() as u64))
+            }
         }
     }
 

@@ -1,12 +1,17 @@
-//! Model threads and dynamic batching.
+//! Model threads, dynamic batching, and their supervision.
 //!
 //! Each worker owns one model (an ORT session) on a dedicated OS thread, never on the tokio
 //! reactor. A free worker takes everything queued, up to `max_batch`, and runs it as one batch;
 //! it waits up to `max_wait` for more only when that is configured. Results go to the cache and
 //! to every caller waiting for that text.
+//!
+//! Failures stay with the requests they hit: a panicking model run fails its batch and the worker
+//! goes on; a run that outlasts the embedding deadline gets its worker *retired* — a replacement
+//! with a freshly loaded model takes over the queue (when the pool knows how to load one), and the
+//! stuck thread exits whenever its run returns.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::cache::Cache;
@@ -20,11 +25,16 @@ pub struct Job {
 pub type InFlight =
     dashmap::DashMap<String, Vec<tokio::sync::oneshot::Sender<Result<Vector, EmbedError>>>>;
 
+/// Loads a fresh model (for a replacement worker).
+pub type Factory = Arc<dyn Fn() -> Result<Box<dyn Model>, EmbedError> + Send + Sync>;
+
 /// Model runs and texts embedded, across workers.
 #[derive(Default)]
 pub struct Stats {
     pub batches: AtomicU64,
     pub texts: AtomicU64,
+    /// Workers retired because a run outlasted the deadline.
+    pub replaced: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -33,77 +43,164 @@ pub struct Batching {
     pub max_wait: Duration,
 }
 
-pub fn spawn(
-    index: usize,
-    mut model: Box<dyn Model>,
+/// One worker as the supervisor sees it.
+struct Worker {
+    /// When its current run started (ms since the pool's epoch), 0 when idle.
+    busy_since: AtomicU64,
+    /// Replaced: exit after the current run.
+    retired: AtomicBool,
+}
+
+/// The workers and what they share.
+pub struct Pool {
     rx: crossbeam_channel::Receiver<Job>,
-    b: Batching,
+    batching: Batching,
     cache: Arc<Cache>,
-    stats: Arc<Stats>,
+    pub stats: Arc<Stats>,
     inflight: Arc<InFlight>,
-) {
-    std::thread::Builder::new()
-        .name(format!("embed-{index}"))
-        .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut jobs = vec![first];
+    factory: Option<Factory>,
+    workers: Mutex<Vec<Arc<Worker>>>,
+    epoch: Instant,
+    next_index: AtomicUsize,
+}
+
+impl Pool {
+    pub fn new(
+        rx: crossbeam_channel::Receiver<Job>,
+        batching: Batching,
+        cache: Arc<Cache>,
+        inflight: Arc<InFlight>,
+        factory: Option<Factory>,
+    ) -> Arc<Pool> {
+        Arc::new(Pool {
+            rx,
+            batching,
+            cache,
+            stats: Arc::new(Stats::default()),
+            inflight,
+            factory,
+            workers: Mutex::new(Vec::new()),
+            epoch: Instant::now(),
+            next_index: AtomicUsize::new(0),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Start a worker thread that owns `model`.
+    pub fn spawn(self: &Arc<Pool>, model: Box<dyn Model>) {
+        let me = Arc::new(Worker {
+            busy_since: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+        });
+        self.workers.lock().expect("workers").push(me.clone());
+        let pool = self.clone();
+        let index = self.next_index.fetch_add(1, Ordering::Relaxed);
+        std::thread::Builder::new()
+            .name(format!("embed-{index}"))
+            .spawn(move || pool.work(model, &me))
+            .expect("spawn embed worker");
+    }
+
+    /// Workers whose current run started more than half of `deadline` ago (a caller has just
+    /// waited the whole deadline) are retired and, when the pool can load a model, replaced.
+    pub fn replace_stuck(self: &Arc<Pool>, deadline: Duration) {
+        let now = self.now_ms();
+        let stuck: Vec<Arc<Worker>> = {
+            let mut workers = self.workers.lock().expect("workers");
+            let (stuck, live): (Vec<_>, Vec<_>) = workers.drain(..).partition(|w| {
+                let since = w.busy_since.load(Ordering::Relaxed);
+                since != 0 && now.saturating_sub(since) > deadline.as_millis() as u64 / 2
+            });
+            *workers = live;
+            stuck
+        };
+        for w in stuck {
+            w.retired.store(true, Ordering::Relaxed);
+            self.stats.replaced.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("a model run outlasted the embedding deadline; replacing its worker");
+            let Some(factory) = self.factory.clone() else {
+                continue;
+            };
+            let pool = self.clone();
+            // Loading takes a while: off the caller's thread.
+            std::thread::spawn(move || match factory() {
+                Ok(model) => pool.spawn(model),
+                Err(e) => tracing::error!(error = %e, "could not load a replacement model"),
+            });
+        }
+    }
+
+    fn work(&self, mut model: Box<dyn Model>, me: &Worker) {
+        while !me.retired.load(Ordering::Relaxed) {
+            let Ok(first) = self.rx.recv() else { return };
+            let mut jobs = vec![first];
+            let b = &self.batching;
+            while jobs.len() < b.max_batch {
+                match self.rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(_) => break,
+                }
+            }
+            if !b.max_wait.is_zero() {
+                let deadline = Instant::now() + b.max_wait;
                 while jobs.len() < b.max_batch {
-                    match rx.try_recv() {
+                    match self.rx.recv_deadline(deadline) {
                         Ok(j) => jobs.push(j),
                         Err(_) => break,
                     }
                 }
-                if !b.max_wait.is_zero() {
-                    let deadline = Instant::now() + b.max_wait;
-                    while jobs.len() < b.max_batch {
-                        match rx.recv_deadline(deadline) {
-                            Ok(j) => jobs.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
-                stats.batches.fetch_add(1, Ordering::Relaxed);
-                stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
-                // A panicking model run fails only the requests in it; the worker goes on.
-                let run =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.embed(&texts)))
-                        .unwrap_or_else(|p| {
-                            let why = p
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| p.downcast_ref::<String>().cloned())
-                                .unwrap_or_default();
-                            Err(EmbedError::Run(format!("the model run panicked: {why}")))
-                        });
-                match run {
-                    Ok(vectors) => {
-                        for (job, v) in jobs.iter().zip(vectors) {
-                            let v: Vector = v.into();
-                            cache.put(&job.text, v.clone());
-                            for waiter in inflight
-                                .remove(&job.text)
-                                .map(|(_, w)| w)
-                                .unwrap_or_default()
-                            {
-                                let _ = waiter.send(Ok(v.clone()));
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, batch = texts.len(), "embedding batch failed");
-                        for job in &jobs {
-                            for waiter in inflight
-                                .remove(&job.text)
-                                .map(|(_, w)| w)
-                                .unwrap_or_default()
-                            {
-                                let _ = waiter.send(Err(e.clone()));
-                            }
-                        }
+            }
+            let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
+            self.stats.batches.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .texts
+                .fetch_add(texts.len() as u64, Ordering::Relaxed);
+            me.busy_since.store(self.now_ms(), Ordering::Relaxed);
+            // A panicking model run fails only the requests in it; the worker goes on.
+            let run =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.embed(&texts)))
+                    .unwrap_or_else(|p| {
+                        let why = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        Err(EmbedError::Run(format!("the model run panicked: {why}")))
+                    });
+            me.busy_since.store(0, Ordering::Relaxed);
+            self.deliver(&jobs, run);
+        }
+    }
+
+    fn deliver(&self, jobs: &[Job], run: Result<Vec<Vec<f32>>, EmbedError>) {
+        match run {
+            Ok(vectors) => {
+                for (job, v) in jobs.iter().zip(vectors) {
+                    let v: Vector = v.into();
+                    self.cache.put(&job.text, v.clone());
+                    for waiter in self.waiters(&job.text) {
+                        let _ = waiter.send(Ok(v.clone()));
                     }
                 }
             }
-        })
-        .expect("spawn embed worker");
+            Err(e) => {
+                tracing::error!(error = %e, batch = jobs.len(), "embedding batch failed");
+                for job in jobs {
+                    for waiter in self.waiters(&job.text) {
+                        let _ = waiter.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn waiters(&self, text: &str) -> Vec<tokio::sync::oneshot::Sender<Result<Vector, EmbedError>>> {
+        self.inflight
+            .remove(text)
+            .map(|(_, w)| w)
+            .unwrap_or_default()
+    }
 }

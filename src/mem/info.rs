@@ -3,7 +3,8 @@
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
 //! recall_threshold, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
-//! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, version, upstream`.
+//! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
+//! version, upstream`.
 
 use crate::engine::Engine;
 use crate::error::MemResult;
@@ -38,6 +39,10 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         ("embed_cache_misses", Reply::Int(misses as i64)),
         ("embed_batches", Reply::Int(batches as i64)),
         ("embed_texts", Reply::Int(texts as i64)),
+        (
+            "embed_workers_replaced",
+            Reply::Int(engine.embedder.workers_replaced() as i64),
+        ),
         ("version", Reply::text(env!("CARGO_PKG_VERSION"))),
         ("upstream", Reply::text(format!("{}:{}", up.host, up.port))),
     ]))
