@@ -38,6 +38,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::engine::{ClientState, Engine};
+use crate::mem::catalog::CommandQuery;
 use crate::resp::{Framer, Parsed, Protocol, Reply, Request, Scanner};
 use crate::upstream::{Link, ReplyMode};
 
@@ -54,6 +55,8 @@ enum Track {
     Exec(i64),
     /// RESET: back to RESP2, the default user, database 0.
     Reset,
+    /// COMMAND …: the MEM.* entries are merged into Redis's reply.
+    Command(CommandQuery),
 }
 
 /// One reply slot, in request order.
@@ -251,6 +254,9 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             (Some(db), false) => track = Some(Track::Select(db)),
             _ => {}
         }
+    } else if eq(name, "command") && !st.in_multi {
+        let rest: Vec<&[u8]> = (1..req.argc()).map(arg).collect();
+        track = CommandQuery::of(&rest).map(Track::Command);
     } else if eq(name, "reset") {
         *st = ReaderState::default();
         track = Some(Track::Reset);
@@ -573,6 +579,13 @@ impl Session {
                         unreachable!()
                     };
                     self.pending -= 1;
+                    if let Track::Command(query) = &track {
+                        match query.merge(&frame, self.state.protocol) {
+                            Some(merged) => self.out.extend_from_slice(&merged),
+                            None => self.out.extend_from_slice(&frame),
+                        }
+                        continue;
+                    }
                     self.track(track, &frame);
                     self.out.extend_from_slice(&frame);
                 }
@@ -696,6 +709,7 @@ impl Session {
                 self.state = ClientState::default();
                 self.mem_trusted = false;
             }
+            Track::Command(_) => {}
         }
     }
 

@@ -262,6 +262,8 @@ fn full_queue_answers_overloaded() {
 
 #[test]
 fn hub_id_fails_fast_offline() {
+    // A hub that refuses connections, so the test checks the same thing on every machine.
+    std::env::set_var("HF_ENDPOINT", "http://127.0.0.1:9");
     let cfg = Config {
         model: Some("sentence-transformers/all-MiniLM-L6-v2".into()),
         deps_dir: Some(std::env::temp_dir().join(unique("hub"))),
@@ -270,7 +272,7 @@ fn hub_id_fails_fast_offline() {
     let start = std::time::Instant::now();
     let e = match memproxy::embed::Embedder::start(&cfg) {
         Err(e) => e.to_string(),
-        Ok(_) => return, // the hub is reachable from here: nothing to check
+        Ok(_) => panic!("a model came from a hub that refuses connections"),
     };
     assert!(e.contains("pass --model DIR"), "{e}");
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
@@ -278,15 +280,25 @@ fn hub_id_fails_fast_offline() {
 
 #[test]
 fn cache_hits_skip_the_model() {
-    let mut con = shared().proxy.client();
+    // A proxy of its own: its counters count this test alone.
+    let proxy = Proxy::start(&shared().redis.url(), |_| {});
+    let mut con = proxy.client();
     let text = unique("cache me");
-    let info =
-        |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.INFO"]), "embed_cache_hits"));
+    let info = |con: &mut redis::Connection, f: &str| as_i64(get(&q(con, &["MEM.INFO"]), f));
     let a = mem_embed(&mut con, &text);
-    let before = info(&mut con);
+    let (hits, texts) = (
+        info(&mut con, "embed_cache_hits"),
+        info(&mut con, "embed_texts"),
+    );
+    assert_eq!(texts, 1);
     let b = mem_embed(&mut con, &text);
     assert_eq!(a, b);
-    assert!(info(&mut con) > before);
+    assert_eq!(info(&mut con, "embed_cache_hits"), hits + 1);
+    assert_eq!(
+        info(&mut con, "embed_texts"),
+        texts,
+        "the model did not run again"
+    );
 }
 
 #[test]

@@ -28,7 +28,8 @@ fn fetch_from_hub(id: &str, cache: &Path) -> Result<PathBuf, EmbedError> {
             "cannot fetch {id} from the Hugging Face hub ({e}); pass --model DIR with model.onnx and tokenizer.json"
         ))
     };
-    let api = hf_hub::api::sync::ApiBuilder::new()
+    // HF_ENDPOINT (a mirror, or an unreachable address in tests) is honoured.
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
         .with_cache_dir(cache.to_path_buf())
         .with_progress(false)
         .with_retries(0)

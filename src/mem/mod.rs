@@ -5,6 +5,7 @@
 //! [`Command::apply`] runs it against the [`Engine`] and builds the reply.
 
 pub mod args;
+pub mod catalog;
 pub mod embed;
 pub mod events;
 pub mod forget;
@@ -45,6 +46,7 @@ pub fn text_to_embed(args: &[Vec<u8>]) -> Option<String> {
 
 pub enum Command {
     Ping,
+    Help,
     Embed(embed::Embed),
     Remember(remember::Remember),
     Recall(recall::RecallCmd),
@@ -66,6 +68,10 @@ impl Command {
             "mem.ping" => {
                 a.at_end()?;
                 Command::Ping
+            }
+            "mem.help" => {
+                a.at_end()?;
+                Command::Help
             }
             "mem.embed" => Command::Embed(embed::Embed::parse(&mut a)?),
             "mem.remember" => Command::Remember(remember::Remember::parse(&mut a)?),
@@ -101,7 +107,7 @@ impl Command {
     pub fn touches_data(&self) -> bool {
         !matches!(
             self,
-            Command::Ping | Command::Embed(_) | Command::Unknown(..)
+            Command::Ping | Command::Help | Command::Embed(_) | Command::Unknown(..)
         )
     }
 
@@ -118,6 +124,7 @@ impl Command {
                 crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
                 Ok(Reply::Status("PONG"))
             }
+            Command::Help => Ok(catalog::help()),
             Command::Embed(c) => c.apply(engine, link).await,
             Command::Remember(c) => c.apply(engine, link).await,
             Command::Recall(c) => c.apply(engine, link).await,

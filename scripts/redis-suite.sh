@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run Redis's own test suite (external mode) against Redis directly and through memproxy, and list
+# the tests whose outcome differs. Needs tclsh and a checkout of the Redis sources (its tests/ and
+# runtest), e.g. `git clone https://github.com/redis/redis`:
+#   scripts/redis-suite.sh /path/to/redis [unit/type/list unit/multi ...]
+# With no units given, a set that exercises connection state, blocking commands, transactions,
+# pub/sub, tracking, scripting and the protocol is run. Uses the bundled Redis 8 with modules and
+# the release memproxy binary (cargo build --release).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+SRC="${1:?usage: scripts/redis-suite.sh /path/to/redis [units...]}"; shift
+UNITS=("$@")
+[ ${#UNITS[@]} -gt 0 ] || UNITS=(unit/type/list unit/type/list-2 unit/type/zset unit/type/stream-cgroups
+  unit/type/incr unit/type/hash unit/multi unit/protocol unit/pubsub unit/tracking unit/info-keysizes
+  unit/keyspace unit/quit unit/auth unit/scripting unit/querybuf unit/expire unit/type/string)
+DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
+"$HERE/scripts/setup.sh"
+command -v tclsh >/dev/null || { echo "tclsh is needed (apt-get install tcl)"; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+work="$(mktemp -d)"; pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+RPORT=$(free_port); MPORT=$(free_port)
+"$DEPS/bin/redis-server" --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  --enable-debug-command yes --loadmodule "$DEPS/lib/rejson.so" --loadmodule "$DEPS/lib/redisearch.so" \
+  >"$work/redis.log" 2>&1 & pids+=($!)
+"$HERE/target/release/memproxy" --listen "127.0.0.1:$MPORT" --upstream "redis://127.0.0.1:$RPORT" \
+  --log warn >"$work/memproxy.log" 2>&1 & pids+=($!)
+for p in $RPORT $MPORT; do
+  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.1; done
+done
+run() { # label port -> file of "[ok|err|exception]: name" lines
+  local out="$work/$1.txt"
+  (cd "$SRC" && ./runtest --host 127.0.0.1 --port "$2" --singledb --clients 1 --timeout 120 \
+     $(printf -- '--single %s ' "${UNITS[@]}") 2>&1) | tee "$work/$1.log" |
+    grep -E '^\[(ok|err|exception|ignore|skip)\]' | sed 's/ ([0-9]* ms)$//' | sort -u > "$out" || true
+  echo "$out"
+}
+direct=$(run direct "$RPORT")
+proxied=$(run memproxy "$MPORT")
+count() { grep -c "^\[$1\]" "$2" || true; }
+printf '| path | ok | err | exception |\n| --- | --- | --- | --- |\n'
+printf '| direct | %s | %s | %s |\n' "$(count ok "$direct")" "$(count err "$direct")" "$(count exception "$direct")"
+printf '| memproxy | %s | %s | %s |\n' "$(count ok "$proxied")" "$(count err "$proxied")" "$(count exception "$proxied")"
+echo
+echo "Passing direct, not through memproxy:"
+comm -23 <(grep '^\[ok\]' "$direct" | sed 's/^\[ok\]: //' | sort) \
+         <(grep '^\[ok\]' "$proxied" | sed 's/^\[ok\]: //' | sort) | sed 's/^/  /'
