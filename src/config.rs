@@ -74,6 +74,14 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_RECALL_THRESHOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recall_threshold: Option<f64>,
+    /// Address of the HTTP listener (/metrics, /healthz, /readyz) [default: off].
+    #[arg(long, env = "MEMPROXY_HTTP_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_listen: Option<String>,
+    /// Log format: text or json [default: text].
+    #[arg(long, env = "MEMPROXY_LOG_FORMAT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, env = "MEMPROXY_LOG")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,7 +98,11 @@ pub struct Config {
     pub ort_library: Option<PathBuf>,
     pub deps_dir: Option<PathBuf>,
     pub max_clients: usize,
+    /// The HTTP listener (/metrics, /healthz, /readyz); `None`: off.
+    pub http_listen: Option<String>,
     pub log: String,
+    /// `text` or `json`.
+    pub log_format: String,
     /// How long in-flight replies may take to finish after SIGINT/SIGTERM.
     pub shutdown_grace_ms: u64,
     /// Threads of the network runtime (0: one per core). The embedder has its own threads.
@@ -157,7 +169,9 @@ impl Default for Config {
             ort_library: None,
             deps_dir: None,
             max_clients: 10_000,
+            http_listen: None,
             log: "info".into(),
+            log_format: "text".into(),
             shutdown_grace_ms: 5_000,
             worker_threads: 0,
             mem_index_name: "agentmem:idx".into(),
@@ -300,6 +314,17 @@ impl Config {
                     self.recall_hybrid_policy
                 ),
             );
+        }
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return bad(
+                "log_format",
+                format!("{:?} is not text or json", self.log_format),
+            );
+        }
+        if let Some(a) = &self.http_listen {
+            if !a.contains(':') {
+                return bad("http_listen", format!("{a:?} is not host:port"));
+            }
         }
         if self.embed_graph_optimization > 3 {
             return bad("embed_graph_optimization", "must be 0, 1, 2 or 3".into());

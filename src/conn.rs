@@ -89,6 +89,14 @@ type LocalRun = Pin<Box<dyn Future<Output = (Reply, Link)> + Send>>;
 /// Serve one accepted client until it or its upstream goes away.
 pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
     let _ = client.set_nodelay(true);
+    engine.metrics.clients.inc();
+    struct Gone(Arc<Engine>);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            self.0.metrics.clients.dec();
+        }
+    }
+    let _gone = Gone(engine.clone());
     let cfg = engine.config();
     let mut client = client;
     let upstream = match engine
@@ -728,6 +736,7 @@ impl Session {
             tracing::debug!(%reason, "upstream closed an idle client connection");
         } else {
             tracing::warn!(%reason, outstanding = self.pending, "upstream lost for a client; closing it");
+            self.engine.metrics.upstream_lost.inc();
         }
         let line = Reply::Error(format!("ERR upstream connection lost: {reason}"));
         while let Some(slot) = self.slots.pop_front() {

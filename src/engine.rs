@@ -32,6 +32,7 @@ pub struct Engine {
     upstream: UpstreamAddr,
     pub embedder: Embedder,
     pub store: Store,
+    pub metrics: crate::metrics::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,11 +53,14 @@ impl Engine {
             .await
             .map_err(|e| StartError::Upstream(e.to_string()))??;
         let store = Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
+        let metrics = crate::metrics::Metrics::new();
+        embedder.observe_batches(metrics.batch_size.clone());
         Ok(Engine {
             cfg,
             upstream,
             embedder,
             store,
+            metrics,
         })
     }
 
@@ -96,7 +100,27 @@ impl Engine {
         client: &ClientState,
         link: &mut Link,
     ) -> Reply {
-        match self.try_execute(args, client, link).await {
+        let verb = verb_label(args.first().map(Vec::as_slice).unwrap_or_default());
+        let start = std::time::Instant::now();
+        let outcome = self.try_execute(args, client, link).await;
+        self.metrics
+            .latency
+            .with_label_values(&[verb])
+            .observe(start.elapsed().as_secs_f64());
+        let label = match &outcome {
+            Ok(_) => "ok",
+            Err(e) => match e.fault() {
+                crate::error::Fault::Client => "client",
+                crate::error::Fault::Upstream => "upstream",
+                crate::error::Fault::Embedder => "embedder",
+                crate::error::Fault::Internal => "internal",
+            },
+        };
+        self.metrics
+            .requests
+            .with_label_values(&[verb, label])
+            .inc();
+        match outcome {
             Ok(r) => r,
             Err(e) => {
                 match e.fault() {
@@ -147,4 +171,12 @@ impl Engine {
         }
         cmd.apply(self, client, link).await
     }
+}
+
+/// The metrics label of a verb: its name for the known ones, `other` for the rest (a client
+/// cannot grow the label set).
+fn verb_label(name: &[u8]) -> &'static str {
+    crate::mem::catalog::find(name)
+        .map(|v| v.name)
+        .unwrap_or("other")
 }

@@ -19,7 +19,9 @@ pub mod conn;
 pub mod embed;
 pub mod engine;
 pub mod error;
+pub mod http;
 pub mod mem;
+pub mod metrics;
 pub mod resp;
 pub mod server;
 pub mod store;
@@ -38,10 +40,33 @@ pub async fn run(
     ready: impl FnOnce(std::net::SocketAddr),
 ) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
-    let engine = Arc::new(Engine::start(cfg).await?);
+    let engine = Arc::new(Engine::start(cfg.clone()).await?);
     engine.store.warm_up().await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let http = match &cfg.http_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "HTTP listener ready (/metrics, /healthz, /readyz)");
+            Some(tokio::spawn(http::serve(
+                listener,
+                engine.clone(),
+                async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                },
+            )))
+        }
+        None => None,
+    };
     let server = Server::bind(engine).await?;
     ready(server.local_addr());
-    server.run(shutdown).await;
+    server
+        .run(async {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
     Ok(())
 }

@@ -16,10 +16,15 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cfg.log).context("log filter")?)
-        .with_target(false)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log).context("log filter")?;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    if cfg.log_format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     let upstream = redact(&cfg.upstream);
     memproxy::run(cfg, shutdown_signal(), |addr| {
         tracing::info!(%addr, %upstream, "memproxy ready; connect with: redis-cli -h {} -p {}", addr.ip(), addr.port());

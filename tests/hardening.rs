@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use redis::Value;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -476,4 +477,50 @@ fn slow_reader_backpressure_stays_in_redis() {
         let r = c.read();
         assert_eq!(r.len(), (1 << 20) + "$1048576\r\n".len() + 2);
     }
+}
+
+#[test]
+fn http_metrics_health_and_readiness() {
+    let redis = Redis::start(&[]);
+    let port = free_port();
+    let proxy = Proxy::start(&redis.url(), |c| {
+        c.http_listen = Some(format!("127.0.0.1:{port}"))
+    });
+    let get = |path: &str| -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let code = body[9..12].parse().unwrap();
+        (code, body)
+    };
+    assert_eq!(get("/healthz").0, 200);
+    assert_eq!(get("/readyz").0, 200);
+    let mut con = proxy.client();
+    q(
+        &mut con,
+        &["MEM.REMEMBER", "The user likes chess.", "USER", "metrics"],
+    );
+    let _ = err(&mut con, &["MEM.RECALL", "x", "K", "0"]);
+    let (code, m) = get("/metrics");
+    assert_eq!(code, 200);
+    for want in [
+        r#"memproxy_mem_requests_total{outcome="ok",verb="mem.remember"} 1"#,
+        r#"memproxy_mem_requests_total{outcome="client",verb="mem.recall"} 1"#,
+        "memproxy_mem_request_seconds_bucket{verb=\"mem.remember\"",
+        "memproxy_clients 1",
+        "memproxy_embed_batch_size_count",
+        "memproxy_embed_queue_depth 0",
+        "memproxy_embed_cache_misses",
+        "memproxy_upstream_lost_total 0",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+    drop(redis);
+    let (code, body) = get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(get("/healthz").0, 200);
 }

@@ -153,6 +153,16 @@ impl Embedder {
         )
     }
 
+    /// Texts waiting for a worker.
+    pub fn queue_depth(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Report the size of every model run to `hist`.
+    pub fn observe_batches(&self, hist: prometheus::Histogram) {
+        let _ = self.pool.batch_sizes.set(hist);
+    }
+
     /// Workers replaced because a model run outlasted the deadline.
     pub fn workers_replaced(&self) -> u64 {
         self.pool

@@ -59,6 +59,8 @@ pub struct Pool {
     pub stats: Arc<Stats>,
     inflight: Arc<InFlight>,
     factory: Option<Factory>,
+    /// Where batch sizes are reported, once metrics exist.
+    pub batch_sizes: std::sync::OnceLock<prometheus::Histogram>,
     workers: Mutex<Vec<Arc<Worker>>>,
     epoch: Instant,
     next_index: AtomicUsize,
@@ -79,6 +81,7 @@ impl Pool {
             stats: Arc::new(Stats::default()),
             inflight,
             factory,
+            batch_sizes: std::sync::OnceLock::new(),
             workers: Mutex::new(Vec::new()),
             epoch: Instant::now(),
             next_index: AtomicUsize::new(0),
@@ -155,6 +158,9 @@ impl Pool {
             }
             let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
+            if let Some(h) = self.batch_sizes.get() {
+                h.observe(texts.len() as f64);
+            }
             self.stats
                 .texts
                 .fetch_add(texts.len() as u64, Ordering::Relaxed);

@@ -244,6 +244,13 @@ impl Store {
         }
     }
 
+    /// Is the upstream answering memproxy's own connection now? (For readiness probes.)
+    pub async fn ping(&self) -> MemResult<()> {
+        let mut con = self.connection().await?;
+        let _: String = self.timed(redis::cmd("PING").query_async(&mut con)).await?;
+        Ok(())
+    }
+
     /// The index was found missing by an operation: check (and create) it again.
     pub fn index_lost(&self) {
         *self.index.lock().expect("index lock") = IndexState::Unchecked;
