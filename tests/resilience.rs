@@ -363,7 +363,8 @@ fn reads_on_a_replica_writes_answer_readonly() {
     assert!(e.starts_with("READONLY"), "{e}");
 }
 
-/// Scope erasure runs in bounded batches and reports the full count.
+/// Scope erasure runs in time-bounded steps (a cursor over the scope, a script of at most a few
+/// ms per step) and reports the full count.
 #[test]
 fn large_erasure_in_batches_reports_the_full_count() {
     let redis = Redis::start(&[]);
@@ -371,7 +372,7 @@ fn large_erasure_in_batches_reports_the_full_count() {
     let mut d = direct(&redis);
     let mut con = proxy.client();
     remember(&mut con, "seed so the index exists", "someone-else");
-    // 1,050 memories written directly (more than five batches), plus a case variant that the
+    // 1,050 memories written directly (more than two cursor pages), plus a case variant that the
     // TAG query matches and exact erasure must keep.
     let vec_json = format!("[{}]", vec!["0.05"; 384].join(","));
     let mut pipe = redis::pipe();
@@ -392,6 +393,24 @@ fn large_erasure_in_batches_reports_the_full_count() {
         ))
         .ignore();
     pipe.query::<()>(&mut d).unwrap();
+    // RESP3 replies have another shape; erasure reads them too.
+    for t in ["one", "two", "three"] {
+        q(
+            &mut con,
+            &[
+                "MEM.REMEMBER",
+                &format!("resp3 fact {t}"),
+                "USER",
+                "eraser3",
+                "NODEDUP",
+            ],
+        );
+    }
+    let mut r3 = proxy.raw();
+    r3.cmd(&[b"HELLO", b"3"]);
+    r3.read();
+    r3.cmd(&[b"MEM.FORGET", b"USER", b"eraser3"]);
+    assert_eq!(r3.read_str(), ":3\r\n");
     let n = as_i64(&q(&mut con, &["MEM.FORGET", "USER", "eraser"]));
     assert_eq!(n, 1_050);
     assert_eq!(

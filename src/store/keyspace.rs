@@ -333,12 +333,10 @@ impl Keyspace {
         vec![right(&["JSON.GET", key, "$.user"]), right(&["DEL", key])]
     }
 
-    /// Delete a scope's memories.
+    /// Delete a scope's memories (found by a cursor the client runs itself).
     pub fn rights_forget_scope(&self) -> Vec<Spec> {
-        vec![
-            right(&["FT.SEARCH", &self.index, "*"]),
-            right(&["DEL", &self.memory("0")]),
-        ]
+        let key = self.memory("0");
+        vec![right(&["JSON.GET", &key, "$.user"]), right(&["DEL", &key])]
     }
 }
 

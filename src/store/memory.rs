@@ -14,8 +14,45 @@ use crate::upstream::Link;
 /// rare, but at millions of memories not negligible, and it must never overwrite).
 pub const ID_TRIES: usize = 5;
 
-/// Memories one erasure batch looks at: a few ms of Redis time.
-pub const FORGET_BATCH: usize = 200;
+/// Keys one cursor page of an erasure reads.
+pub const FORGET_PAGE: usize = 500;
+
+/// Redis time one erasure script may take before it hands back (microseconds).
+pub const FORGET_BUDGET_US: u64 = 2_000;
+
+/// The keys of one FT.AGGREGATE … LOAD 1 @__key WITHCURSOR page, and the cursor (0: done), in
+/// either protocol's shape: RESP2 `[[total, [__key, k], …], cursor]`, RESP3
+/// `[{results: [{extra_attributes: {__key: k}}, …], …}, cursor]`.
+fn cursor_page(reply: &Value) -> (Vec<String>, i64) {
+    let a = array(reply);
+    let cursor = a.get(1).and_then(int).unwrap_or(0);
+    let mut keys = Vec::new();
+    match a.first() {
+        Some(Value::Map(_)) => {
+            let m = flat(&a[0]);
+            if let Some(results) = field(&m, "results") {
+                for r in array(results) {
+                    let r = flat(r);
+                    if let Some(k) = field(&r, "extra_attributes")
+                        .map(flat)
+                        .and_then(|x| field(&x, "__key").and_then(text))
+                    {
+                        keys.push(k);
+                    }
+                }
+            }
+        }
+        Some(rows) => {
+            for row in array(rows).iter().skip(1) {
+                if let Some(k) = field(array(row), "__key").and_then(text) {
+                    keys.push(k);
+                }
+            }
+        }
+        None => {}
+    }
+    (keys, cursor)
+}
 
 /// Which retrieval produced a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,45 +398,69 @@ impl Store {
         Ok(int(&v).unwrap_or(0))
     }
 
-    /// Delete every memory of a scope, in batches of [`FORGET_BATCH`] (one short script each,
-    /// so Redis serves other clients between them); returns how many were deleted. Safe to run
-    /// again after an interruption: it deletes what is left.
+    /// Delete every memory of a scope without blocking Redis: a cursor reads the scope's keys a
+    /// page at a time (plain FT.AGGREGATE / FT.CURSOR on the client's connection), and a script
+    /// deletes the exact matches among them for at most [`FORGET_BUDGET_US`] of Redis time per
+    /// call. Returns how many were deleted; safe to run again after an interruption.
     pub async fn forget_scope(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
-        indexed!(self, self.forget_batches(link, scope).await)
+        indexed!(self, self.forget_pages(link, scope).await)
     }
 
-    async fn forget_batches(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
+    async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
         let (index, query) = self.keys.scope_query(scope);
-        {
-            let (mut deleted, mut offset) = (0i64, 0i64);
-            loop {
-                let args = [
-                    "batch",
-                    &index,
-                    &query,
-                    &scope.user,
-                    &scope.namespace,
-                    &offset.to_string(),
-                    &FORGET_BATCH.to_string(),
-                ]
-                .iter()
-                .map(|a| a.as_bytes().to_vec())
-                .collect();
+        let page = FORGET_PAGE.to_string();
+        let first: Vec<Vec<u8>> = [
+            "FT.AGGREGATE",
+            &index,
+            &query,
+            "LOAD",
+            "1",
+            "@__key",
+            "WITHCURSOR",
+            "COUNT",
+            &page,
+            "DIALECT",
+            "2",
+        ]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+        let mut reply = ok(link.call1(first).await?)?;
+        let mut deleted = 0i64;
+        loop {
+            let (keys, cursor) = cursor_page(&reply);
+            let mut rest: &[String] = &keys;
+            while !rest.is_empty() {
+                let mut args = vec![
+                    b"keys".to_vec(),
+                    scope.user.clone().into_bytes(),
+                    scope.namespace.clone().into_bytes(),
+                    FORGET_BUDGET_US.to_string().into_bytes(),
+                ];
+                args.extend(rest.iter().map(|k| k.clone().into_bytes()));
                 let v = self
                     .scripts
                     .forget
                     .run(link, &[], &self.keys.rights_forget_scope(), args)
                     .await?;
                 let a = array(&v);
-                let n = |i: usize| a.get(i).and_then(int).unwrap_or(0);
-                let (gone, kept, page) = (n(0), n(1), n(2));
-                deleted += gone;
-                // Matches of the TAG query that are not exact stay; page past them.
-                offset += kept;
-                if page < FORGET_BATCH as i64 {
-                    return Ok(deleted);
-                }
+                deleted += a.first().and_then(int).unwrap_or(0);
+                let examined = a.get(1).and_then(int).unwrap_or(0).max(1) as usize;
+                rest = &rest[examined.min(rest.len())..];
             }
+            if cursor == 0 {
+                return Ok(deleted);
+            }
+            let read = [
+                b"FT.CURSOR".to_vec(),
+                b"READ".to_vec(),
+                index.clone().into_bytes(),
+                cursor.to_string().into_bytes(),
+                b"COUNT".to_vec(),
+                page.clone().into_bytes(),
+            ]
+            .to_vec();
+            reply = ok(link.call1(read).await?)?;
         }
     }
 

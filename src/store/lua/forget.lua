@@ -1,31 +1,39 @@
 -- Delete memories. Mode 'id': KEYS[1] is the memory, A[2] (optional) the user it must belong to.
--- Mode 'batch': one bounded batch of a scope's erasure: A[2] index, A[3] query, A[4] user,
--- A[5] namespace ('' for any), A[6] offset, A[7] batch size. Deletes the exact matches among
--- that page; returns {deleted, kept (matches of the TAG query that are not exact), page size}.
+-- Mode 'keys': A[2] user, A[3] namespace ('' for any), A[4] time budget in microseconds, then
+-- candidate keys (found by a scope query). Deletes those whose stored user and namespace are
+-- exactly the scope's, one by one, until the budget is spent (a few ms of Redis time per call).
+-- Returns {deleted, examined}: the caller sends the keys after `examined` again.
+local function json_field(key, path)
+  local ok, v = pcall(redis.call, 'JSON.GET', key, path)
+  if not ok or not v then return nil end
+  local okd, decoded = pcall(cjson.decode, v)
+  if not okd or type(decoded) ~= 'table' then return nil end
+  return decoded[1]
+end
+
 if A[1] == 'id' then
   if A[2] and A[2] ~= '' then
-    if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-    local t = redis.call('TYPE', KEYS[1]).ok
-    if t ~= 'ReJSON-RL' then return 0 end
-    local ok, user = pcall(redis.call, 'JSON.GET', KEYS[1], '$.user')
-    if not ok or not user then return 0 end
-    local okd, decoded = pcall(cjson.decode, user)
-    if not okd or type(decoded) ~= 'table' or decoded[1] ~= A[2] then return 0 end
+    if redis.call('TYPE', KEYS[1]).ok ~= 'ReJSON-RL' then return 0 end
+    if json_field(KEYS[1], '$.user') ~= A[2] then return 0 end
   end
   return redis.call('DEL', KEYS[1])
 end
-local r = redis.pcall('FT.SEARCH', A[2], A[3], 'RETURN', '2', 'user', 'namespace',
-  'LIMIT', tonumber(A[6]), tonumber(A[7]), 'DIALECT', '2')
-if type(r) == 'table' and r.err then return redis.error_reply(r.err) end
-local deleted, kept, page = 0, 0, 0
-for i = 2, #r, 2 do
-  page = page + 1
-  local fields = r[i + 1]
-  -- TAG matching is looser than equality (case, separators): delete exact matches only.
-  if field(fields, 'user') == A[4] and (A[5] == '' or field(fields, 'namespace') == A[5]) then
-    deleted = deleted + redis.call('DEL', r[i])
-  else
-    kept = kept + 1
-  end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-return {deleted, kept, page}
+local user, ns, budget = A[2], A[3], tonumber(A[4])
+local start = now_us()
+local deleted, examined = 0, 0
+for i = 5, #A do
+  local key = A[i]
+  examined = examined + 1
+  -- TAG matching is looser than equality (case, separators): delete exact matches only.
+  if redis.call('TYPE', key).ok == 'ReJSON-RL' and json_field(key, '$.user') == user
+      and (ns == '' or json_field(key, '$.namespace') == ns) then
+    deleted = deleted + redis.call('DEL', key)
+  end
+  if now_us() - start >= budget then break end
+end
+return {deleted, examined}
