@@ -128,6 +128,13 @@ pub struct Config {
     pub max_text_bytes: usize,
     /// A connection authenticated as ACL user U may only use `USER U`.
     pub bind_scope_to_acl_user: bool,
+    /// `rediss://` upstreams: CA bundle (PEM) to verify the server with (default: system roots).
+    pub tls_ca_file: Option<PathBuf>,
+    /// `rediss://` upstreams: client certificate and key (PEM), for servers that ask for one.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// `rediss://` upstreams: accept any server certificate (development only).
+    pub tls_insecure: bool,
     /// Largest single request a client may send, in bytes; beyond it the client gets a protocol
     /// error and is closed (Redis's own `proto-max-bulk-len` default).
     pub max_request_bytes: usize,
@@ -189,6 +196,10 @@ impl Default for Config {
             op_timeout_ms: 2_000,
             max_text_bytes: 64 * 1024,
             bind_scope_to_acl_user: false,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_insecure: false,
             max_request_bytes: 512 * 1024 * 1024,
             max_request_args: 1024 * 1024,
             client_buffer_bytes: 1024 * 1024,
@@ -245,11 +256,14 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |k: &'static str, m: String| Err(ConfigError::Invalid(k, m));
-        if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
+        if self.listen.parse::<std::net::SocketAddr>().is_err()
+            && !self.listen.contains(':')
+            && !self.listen.starts_with('/')
+        {
             return bad("listen", format!("{:?} is not host:port", self.listen));
         }
-        if let Err(e) = redis::Client::open(self.upstream.as_str()) {
-            return bad("upstream", format!("{:?}: {e}", self.upstream));
+        if let Err(e) = crate::upstream::UpstreamAddr::from_config(self) {
+            return bad("upstream", e);
         }
         for (k, v) in [
             ("dedup_threshold", self.dedup_threshold),

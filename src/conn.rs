@@ -33,14 +33,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{Framer, Parsed, Protocol, Reply, Request, Scanner};
-use crate::upstream::{Link, ReplyMode};
+use crate::upstream::{Link, ReplyMode, Stream};
 
 /// What the proxy needs to know of a reply to keep its view of the connection right.
 #[derive(Debug)]
@@ -87,8 +86,7 @@ const MAX_PENDING: usize = 100_000;
 type LocalRun = Pin<Box<dyn Future<Output = (Reply, Link)> + Send>>;
 
 /// Serve one accepted client until it or its upstream goes away.
-pub async fn serve(client: TcpStream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
-    let _ = client.set_nodelay(true);
+pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
     engine.metrics.clients.inc();
     struct Gone(Arc<Engine>);
     impl Drop for Gone {
@@ -313,9 +311,9 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
 }
 
 struct Session {
-    client: TcpStream,
+    client: Stream,
     /// The client's upstream socket; `None` while lent to the running MEM.* command.
-    upstream: Option<TcpStream>,
+    upstream: Option<Stream>,
     engine: Arc<Engine>,
     shutdown: watch::Receiver<bool>,
     /// Client bytes not yet framed.
@@ -396,19 +394,15 @@ impl Session {
                 shutdown,
                 ..
             } = &mut self;
-            let (mut cr, mut cw) = client.split();
-            let (mut ur, mut uw) = match upstream.as_mut() {
-                Some(u) => {
-                    let (r, w) = u.split();
-                    (Some(r), Some(w))
-                }
-                None => (None, None),
-            };
             let event = tokio::select! {
-                r = cr.read_buf(cbuf), if read_client => Event::ClientRead(r),
-                r = cw.write(out), if write_client => Event::ClientWrote(r),
-                r = async { ur.as_mut().expect("guarded").read_buf(ubuf).await }, if read_up => Event::UpstreamRead(r),
-                r = async { uw.as_mut().expect("guarded").write(fwd).await }, if write_up => Event::UpstreamWrote(r),
+                done = Step { stream: client, rbuf: cbuf, wbuf: out, read: read_client }, if read_client || write_client => match done {
+                    Done::Read(r) => Event::ClientRead(r),
+                    Done::Wrote(r) => Event::ClientWrote(r),
+                },
+                done = async { Step { stream: upstream.as_mut().expect("guarded"), rbuf: ubuf, wbuf: fwd, read: read_up }.await }, if read_up || write_up => match done {
+                    Done::Read(r) => Event::UpstreamRead(r),
+                    Done::Wrote(r) => Event::UpstreamWrote(r),
+                },
                 (reply, link) = async { local.as_mut().expect("guarded").0.as_mut().await }, if local.is_some() => Event::Local(reply, link),
                 _ = shutdown.wait_for(|s| *s), if !draining => Event::Shutdown,
                 _ = grace => Event::GraceOver,
@@ -756,3 +750,45 @@ impl Session {
 
 /// Header bytes a request may take beyond `max_request_bytes` of payload.
 const INLINE_SLACK: usize = 64 * 1024;
+
+/// One I/O step on a stream: write from `wbuf` (when not empty) or read into `rbuf` (when
+/// `read`), whichever the stream is ready for first. One future per stream, so any stream type
+/// (TCP, unix, TLS) works without splitting it.
+struct Step<'a> {
+    stream: &'a mut Stream,
+    rbuf: &'a mut BytesMut,
+    wbuf: &'a [u8],
+    read: bool,
+}
+
+enum Done {
+    Read(std::io::Result<usize>),
+    Wrote(std::io::Result<usize>),
+}
+
+impl Future for Step<'_> {
+    type Output = Done;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Done> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if !this.wbuf.is_empty() {
+            if let Poll::Ready(r) =
+                tokio::io::AsyncWrite::poll_write(Pin::new(&mut **this.stream), cx, this.wbuf)
+            {
+                return Poll::Ready(Done::Wrote(r));
+            }
+        }
+        if this.read {
+            if this.rbuf.capacity() - this.rbuf.len() < 4096 {
+                this.rbuf.reserve(16 * 1024);
+            }
+            if let Poll::Ready(r) =
+                tokio_util::io::poll_read_buf(Pin::new(&mut **this.stream), cx, this.rbuf)
+            {
+                return Poll::Ready(Done::Read(r));
+            }
+        }
+        Poll::Pending
+    }
+}

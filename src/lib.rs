@@ -37,7 +37,7 @@ pub use server::Server;
 pub async fn run(
     cfg: Config,
     shutdown: impl std::future::Future<Output = ()>,
-    ready: impl FnOnce(std::net::SocketAddr),
+    ready: impl FnOnce(server::Bound),
 ) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     let engine = Arc::new(Engine::start(cfg.clone()).await?);

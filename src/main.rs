@@ -26,8 +26,12 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         logs.init();
     }
     let upstream = redact(&cfg.upstream);
-    memproxy::run(cfg, shutdown_signal(), |addr| {
-        tracing::info!(%addr, %upstream, "memproxy ready; connect with: redis-cli -h {} -p {}", addr.ip(), addr.port());
+    memproxy::run(cfg, shutdown_signal(), |bound| {
+        let hint = match &bound {
+            memproxy::server::Bound::Tcp(a) => format!("redis-cli -h {} -p {}", a.ip(), a.port()),
+            memproxy::server::Bound::Unix(p) => format!("redis-cli -s {}", p.display()),
+        };
+        tracing::info!(addr = %bound, %upstream, "memproxy ready; connect with: {hint}");
     })
     .await
 }

@@ -1,4 +1,5 @@
-//! The accept loop: connection limit, one task per client, graceful shutdown.
+//! The accept loop (TCP or a unix socket): connection limit, one task per client, graceful
+//! shutdown.
 //!
 //! Over `max_clients` a new connection gets Redis's own `-ERR max number of clients reached` and is
 //! closed. On shutdown the listener stops accepting, every connection stops reading new requests,
@@ -9,28 +10,77 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::conn;
 use crate::engine::Engine;
+use crate::upstream::Stream;
 
 pub struct Server {
-    listener: TcpListener,
+    listener: Listener,
     engine: Arc<Engine>,
 }
 
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, std::path::PathBuf),
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone)]
+pub enum Bound {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Tcp(a) => write!(f, "{a}"),
+            Bound::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 impl Server {
+    /// `listen` is `host:port`, or a path (`/…` or `unix:/…`) for a unix socket.
     pub async fn bind(engine: Arc<Engine>) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(&engine.config().listen).await?;
+        let listen = engine.config().listen.clone();
+        let listener = match listen
+            .strip_prefix("unix:")
+            .or_else(|| listen.starts_with('/').then_some(listen.as_str()))
+        {
+            Some(path) => {
+                // A stale socket file from an earlier run would make bind fail.
+                let _ = std::fs::remove_file(path);
+                Listener::Unix(UnixListener::bind(path)?, path.into())
+            }
+            None => Listener::Tcp(TcpListener::bind(&listen).await?),
+        };
         Ok(Server { listener, engine })
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("bound listener has an address")
+    pub fn local_addr(&self) -> Bound {
+        match &self.listener {
+            Listener::Tcp(l) => Bound::Tcp(l.local_addr().expect("bound listener has an address")),
+            Listener::Unix(_, p) => Bound::Unix(p.clone()),
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<(Stream, String)> {
+        match &self.listener {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                let _ = s.set_nodelay(true);
+                Ok((Box::new(s), peer.to_string()))
+            }
+            Listener::Unix(l, p) => {
+                let (s, _) = l.accept().await?;
+                Ok((Box::new(s), format!("unix:{}", p.display())))
+            }
+        }
     }
 
     /// Serve until `shutdown` resolves, then drain connections within the grace period.
@@ -44,7 +94,7 @@ impl Server {
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = self.listener.accept() => {
+                accepted = self.accept() => {
                     let (mut socket, peer) = match accepted {
                         Ok(a) => a,
                         Err(e) => {

@@ -11,47 +11,272 @@
 //! so Redis itself answers `NOAUTH`, `NOPERM`, `OOM`, `READONLY` … exactly as it would to the
 //! client. Push frames (RESP3 invalidations) that arrive meanwhile are kept and forwarded after.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use redis::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::config::Config;
 use crate::error::{MemError, MemResult};
 use crate::resp::Scanner;
 
-/// Host and port of the upstream, from the configured URL.
+/// A byte stream to or from a client or the upstream: TCP, a unix socket, or TLS over TCP.
+pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
+pub type Stream = Box<dyn AsyncStream>;
+
 #[derive(Debug, Clone)]
+enum Target {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+/// Where the upstream is and how to reach it, from the configured URL: `redis://`, `rediss://`
+/// (TLS, with `tls_ca_file`, `tls_cert_file` / `tls_key_file`, `tls_insecure`) or
+/// `unix:///path/redis.sock`. User, password and database in the URL are memproxy's own, used
+/// only on its own connection (index management); clients authenticate themselves.
+#[derive(Clone)]
 pub struct UpstreamAddr {
-    pub host: String,
-    pub port: u16,
+    target: Target,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    user: Option<String>,
+    password: Option<String>,
+    db: i64,
+}
+
+impl std::fmt::Debug for UpstreamAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.describe())
+    }
 }
 
 impl UpstreamAddr {
     pub fn from_url(url: &str) -> Result<UpstreamAddr, String> {
-        let info = redis::Client::open(url)
-            .map_err(|e| e.to_string())?
-            .get_connection_info()
-            .clone();
-        match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Ok(UpstreamAddr {
-                host: host.clone(),
-                port: *port,
-            }),
-            other => Err(format!("only tcp upstreams are supported, got {other}")),
+        Self::from_config(&Config {
+            upstream: url.to_string(),
+            ..Config::default()
+        })
+    }
+
+    pub fn from_config(cfg: &Config) -> Result<UpstreamAddr, String> {
+        let u = url::Url::parse(&cfg.upstream).map_err(|e| format!("{}: {e}", cfg.upstream))?;
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        let user = (!u.username().is_empty()).then(|| decode(u.username()));
+        let password = u.password().map(decode);
+        let db_of = |s: &str| s.trim_matches('/').parse::<i64>().ok();
+        let (target, tls, db) = match u.scheme() {
+            "redis" | "rediss" => {
+                let host = u
+                    .host_str()
+                    .ok_or_else(|| format!("{}: no host", cfg.upstream))?
+                    .trim_matches(['[', ']'])
+                    .to_string();
+                let port = u.port().unwrap_or(6379);
+                let db = db_of(u.path()).unwrap_or(0);
+                let tls = if u.scheme() == "rediss" {
+                    Some(tls_connector(cfg, &host)?)
+                } else {
+                    None
+                };
+                (Target::Tcp(host, port), tls, db)
+            }
+            "unix" | "redis+unix" => {
+                let db = u
+                    .query_pairs()
+                    .find(|(k, _)| k == "db")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0);
+                (Target::Unix(PathBuf::from(u.path())), None, db)
+            }
+            other => {
+                return Err(format!(
+                    "unsupported upstream scheme {other}:// (redis, rediss, unix)"
+                ))
+            }
+        };
+        Ok(UpstreamAddr {
+            target,
+            tls,
+            user,
+            password,
+            db,
+        })
+    }
+
+    /// `host:port` (with `tls`) or the socket path, for MEM.INFO and logs.
+    pub fn describe(&self) -> String {
+        let t = if self.tls.is_some() { " (tls)" } else { "" };
+        match &self.target {
+            Target::Tcp(h, p) => format!("{h}:{p}{t}"),
+            Target::Unix(p) => format!("unix:{}", p.display()),
         }
     }
 
     /// Open a connection, within `timeout`.
-    pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, String> {
-        let stream =
-            tokio::time::timeout(timeout, TcpStream::connect((self.host.as_str(), self.port)))
-                .await
-                .map_err(|_| format!("connect to {}:{} timed out", self.host, self.port))?
-                .map_err(|e| format!("{}:{}: {e}", self.host, self.port))?;
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
+    pub async fn connect(&self, timeout: Duration) -> Result<Stream, String> {
+        tokio::time::timeout(timeout, self.open())
+            .await
+            .map_err(|_| format!("connect to {} timed out", self.describe()))?
+    }
+
+    async fn open(&self) -> Result<Stream, String> {
+        let err = |e: std::io::Error| format!("{}: {e}", self.describe());
+        match &self.target {
+            Target::Unix(p) => Ok(Box::new(
+                tokio::net::UnixStream::connect(p).await.map_err(err)?,
+            )),
+            Target::Tcp(h, p) => {
+                let tcp = tokio::net::TcpStream::connect((h.as_str(), *p))
+                    .await
+                    .map_err(err)?;
+                let _ = tcp.set_nodelay(true);
+                match &self.tls {
+                    None => Ok(Box::new(tcp)),
+                    Some((connector, name)) => Ok(Box::new(
+                        connector
+                            .connect(name.clone(), tcp)
+                            .await
+                            .map_err(|e| format!("{}: TLS: {e}", self.describe()))?,
+                    )),
+                }
+            }
+        }
+    }
+
+    /// memproxy's own connection: connected, authenticated with the URL's credentials, on the
+    /// URL's database. Used for index management only.
+    pub async fn admin(&self, timeout: Duration) -> MemResult<Link> {
+        let stream = self
+            .connect(timeout)
+            .await
+            .map_err(|e| MemError::upstream(format!("unavailable: {e}")))?;
+        let mut link = Link::new(stream, BytesMut::new(), ReplyMode::On, timeout);
+        let mut setup: Vec<Cmd> = Vec::new();
+        if let Some(p) = &self.password {
+            let mut auth = vec![b"AUTH".to_vec()];
+            if let Some(u) = &self.user {
+                auth.push(u.clone().into_bytes());
+            }
+            auth.push(p.clone().into_bytes());
+            setup.push(auth);
+        }
+        if self.db != 0 {
+            setup.push(vec![b"SELECT".to_vec(), self.db.to_string().into_bytes()]);
+        }
+        if !setup.is_empty() {
+            for v in link.call(&setup).await? {
+                crate::store::scripts::ok(v)?;
+            }
+        }
+        Ok(link)
+    }
+}
+
+/// The TLS client configuration: roots from `tls_ca_file` (else the system's), a client
+/// certificate when `tls_cert_file` and `tls_key_file` are set, no verification with
+/// `tls_insecure` (development only).
+fn tls_connector(
+    cfg: &Config,
+    host: &str,
+) -> Result<
+    (
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    ),
+    String,
+> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let read_certs = |path: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        rustls_pemfile::certs(&mut data.as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let builder = if cfg.tls_insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &cfg.tls_ca_file {
+            Some(ca) => {
+                for c in read_certs(ca)? {
+                    roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+                }
+            }
+            None => {
+                for c in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(c);
+                }
+            }
+        }
+        builder.with_root_certificates(roots)
+    };
+    let config = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let data = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut data.as_slice())
+                .map_err(|e| format!("{}: {e}", key.display()))?
+                .ok_or_else(|| format!("{}: no private key", key.display()))?;
+            builder
+                .with_client_auth_cert(read_certs(cert)?, key)
+                .map_err(|e| format!("TLS client certificate: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("tls_cert_file and tls_key_file go together".into()),
+    };
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+    Ok((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
+}
+
+/// `tls_insecure`: accept any server certificate (signatures are still checked).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -75,7 +300,7 @@ pub type Cmd = Vec<Vec<u8>>;
 
 /// The client's upstream socket, lent to one MEM.* command.
 pub struct Link {
-    pub stream: TcpStream,
+    pub stream: Stream,
     /// Upstream bytes read and not yet consumed (handed back to the session afterwards).
     pub buf: BytesMut,
     /// Push frames that arrived meanwhile, in order: the session forwards them to the client.
@@ -93,7 +318,7 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(stream: TcpStream, buf: BytesMut, mode: ReplyMode, timeout: Duration) -> Link {
+    pub fn new(stream: Stream, buf: BytesMut, mode: ReplyMode, timeout: Duration) -> Link {
         Link {
             stream,
             buf,

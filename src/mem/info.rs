@@ -44,6 +44,6 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
             Reply::Int(engine.embedder.workers_replaced() as i64),
         ),
         ("version", Reply::text(env!("CARGO_PKG_VERSION"))),
-        ("upstream", Reply::text(format!("{}:{}", up.host, up.port))),
+        ("upstream", Reply::text(up.describe())),
     ]))
 }

@@ -40,12 +40,11 @@ pub mod value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use crate::config::Config;
 use crate::error::{MemError, MemResult};
-use crate::upstream::Link;
+use crate::upstream::{Link, UpstreamAddr};
 use keyspace::{Keyspace, Spec};
 use scripts::{push_spec, Scripts};
 
@@ -63,20 +62,19 @@ pub struct Store {
     pub keys: Keyspace,
     dim: usize,
     scripts: Scripts,
-    client: redis::Client,
+    upstream: UpstreamAddr,
     /// memproxy's own connection, for index management only.
-    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
+    conn: tokio::sync::Mutex<Option<Link>>,
     index: std::sync::Mutex<IndexState>,
 }
 
 impl Store {
     pub fn new(cfg: Arc<Config>, dim: usize) -> Result<Store, String> {
-        let client = redis::Client::open(cfg.upstream.as_str()).map_err(|e| e.to_string())?;
         Ok(Store {
             keys: Keyspace::new(&cfg),
             dim,
             scripts: Scripts::new(),
-            client,
+            upstream: UpstreamAddr::from_config(&cfg)?,
             cfg,
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
@@ -105,56 +103,25 @@ impl Store {
         }
     }
 
-    async fn connection(&self) -> MemResult<ConnectionManager> {
+    /// Send `cmds` on memproxy's own connection (opened on demand; dropped, and the index
+    /// checked again, after any failure of the connection itself).
+    async fn admin(&self, cmds: &[Vec<Vec<u8>>]) -> MemResult<Vec<Value>> {
         let mut guard = self.conn.lock().await;
-        if let Some(c) = guard.as_ref() {
-            return Ok(c.clone());
+        if guard.is_none() {
+            *guard = Some(self.upstream.admin(self.timeout()).await?);
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout()))
-            .set_response_timeout(Some(self.timeout()))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let c = tokio::time::timeout(
-            self.timeout() * 2,
-            ConnectionManager::new_with_config(self.client.clone(), config),
-        )
-        .await
-        .map_err(|_| MemError::upstream("timeout while connecting"))??;
-        *guard = Some(c.clone());
-        Ok(c)
+        let link = guard.as_mut().expect("just set");
+        let out = link.call(cmds).await;
+        if out.is_err() || link.broken.is_some() || link.owed > 0 {
+            *guard = None;
+            self.index_lost();
+        }
+        out
     }
 
-    /// Forget what was learned about the upstream (after a connection loss).
-    fn invalidate(&self) {
-        self.index_lost();
-    }
-
-    /// Run one upstream operation within the budget.
-    async fn timed<T>(
-        &self,
-        f: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> MemResult<T> {
-        match tokio::time::timeout(self.timeout(), f).await {
-            Err(_) => {
-                self.invalidate();
-                Err(MemError::upstream(format!(
-                    "timeout after {} ms",
-                    self.cfg.op_timeout_ms
-                )))
-            }
-            Ok(Err(e)) => {
-                if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-                {
-                    self.invalidate();
-                }
-                Err(e.into())
-            }
-            Ok(Ok(v)) => Ok(v),
-        }
+    async fn admin1(&self, args: &[&str]) -> MemResult<Value> {
+        let cmd = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Ok(self.admin(&[cmd]).await?.pop().unwrap_or_default())
     }
 
     /// The index is known to be usable (checked, or created, on memproxy's own connection).
@@ -169,8 +136,7 @@ impl Store {
                 _ => {}
             }
         }
-        let mut con = self.connection().await?;
-        let outcome = self.ensure_index(&mut con).await;
+        let outcome = self.ensure_index().await;
         let mut state = self.index.lock().expect("index lock");
         match outcome {
             Ok(()) => {
@@ -186,16 +152,11 @@ impl Store {
         }
     }
 
-    async fn ensure_index(&self, con: &mut ConnectionManager) -> MemResult<()> {
-        let modules: Value = self
-            .timed(
-                redis::cmd("COMMAND")
-                    .arg("INFO")
-                    .arg("FT.SEARCH")
-                    .arg("JSON.SET")
-                    .query_async(con),
-            )
-            .await?;
+    async fn ensure_index(&self) -> MemResult<()> {
+        let modules = scripts::ok(
+            self.admin1(&["COMMAND", "INFO", "FT.SEARCH", "JSON.SET"])
+                .await?,
+        )?;
         let present: Vec<bool> = value::array(&modules)
             .iter()
             .map(|v| !matches!(v, Value::Nil))
@@ -211,43 +172,27 @@ impl Store {
             ));
         }
         let (index, prefix) = (&self.keys.index, &self.keys.mem_prefix);
-        let info: redis::RedisResult<Value> = tokio::time::timeout(
-            self.timeout(),
-            redis::cmd("FT.INFO").arg(index).query_async(con),
-        )
-        .await
-        .map_err(|_| MemError::upstream(format!("timeout after {} ms", self.cfg.op_timeout_ms)))?;
-        match info {
+        match scripts::ok(self.admin1(&["FT.INFO", index]).await?) {
             Ok(v) => schema::check(&v, index, prefix, self.dim)
                 .map_err(|d| MemError::client(format!("index schema mismatch: {d}"))),
-            Err(e) => {
-                let msg = format!(
-                    "{} {}",
-                    e.code().unwrap_or_default(),
-                    e.detail().unwrap_or_default()
-                )
-                .to_lowercase();
-                if !(msg.contains("unknown index") || msg.contains("no such index")) {
-                    return Err(e.into());
-                }
+            Err(e) if e.is_missing_index() => {
                 tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
-                let created: redis::RedisResult<Value> = redis::cmd("FT.CREATE")
-                    .arg(schema::create_args(index, prefix, self.dim))
-                    .query_async(con)
-                    .await;
-                match created {
+                let mut create = vec!["FT.CREATE".to_string()];
+                create.extend(schema::create_args(index, prefix, self.dim));
+                let create: Vec<&str> = create.iter().map(String::as_str).collect();
+                match scripts::ok(self.admin1(&create).await?) {
                     Ok(_) => Ok(()),
                     Err(e) if e.to_string().to_lowercase().contains("already exists") => Ok(()),
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 }
             }
+            Err(e) => Err(e),
         }
     }
 
     /// Is the upstream answering memproxy's own connection now? (For readiness probes.)
     pub async fn ping(&self) -> MemResult<()> {
-        let mut con = self.connection().await?;
-        let _: String = self.timed(redis::cmd("PING").query_async(&mut con)).await?;
+        scripts::ok(self.admin1(&["PING"]).await?)?;
         Ok(())
     }
 

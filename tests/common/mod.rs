@@ -259,7 +259,11 @@ impl Proxy {
                 async {
                     let _ = stop_rx.await;
                 },
-                move |addr| {
+                move |bound| {
+                    let addr = match bound {
+                        memproxy::server::Bound::Tcp(a) => a,
+                        memproxy::server::Bound::Unix(_) => "0.0.0.0:0".parse().unwrap(),
+                    };
                     let _ = tx.send(Ok(addr));
                 },
             ));
