@@ -47,7 +47,7 @@ impl Engine {
     /// Load the model and prepare the store. The upstream need not be up yet: the store connects
     /// (and checks the index) on first use and again after every loss of the connection.
     pub async fn start(cfg: Arc<Config>) -> Result<Engine, StartError> {
-        let upstream = UpstreamAddr::from_url(&cfg.upstream).map_err(StartError::Upstream)?;
+        let upstream = UpstreamAddr::from_config(&cfg).map_err(StartError::Upstream)?;
         let c = cfg.clone();
         let embedder = tokio::task::spawn_blocking(move || Embedder::start(&c))
             .await

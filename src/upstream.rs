@@ -57,13 +57,6 @@ impl std::fmt::Debug for UpstreamAddr {
 }
 
 impl UpstreamAddr {
-    pub fn from_url(url: &str) -> Result<UpstreamAddr, String> {
-        Self::from_config(&Config {
-            upstream: url.to_string(),
-            ..Config::default()
-        })
-    }
-
     pub fn from_config(cfg: &Config) -> Result<UpstreamAddr, String> {
         let u = url::Url::parse(&cfg.upstream).map_err(|e| format!("{}: {e}", cfg.upstream))?;
         let decode = |s: &str| {

@@ -94,7 +94,8 @@ fn terminator(pki: &Pki, redis_port: u16, client_auth: bool) -> u16 {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await
+                    let Ok(mut up) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await
                     else {
                         return;
                     };
@@ -110,8 +111,20 @@ fn exercise(proxy: &Proxy, user: &str) {
     let mut con = proxy.client();
     q(&mut con, &["SET", &format!("{user}:k"), "v"]);
     assert_eq!(as_str(&q(&mut con, &["GET", &format!("{user}:k")])), "v");
-    q(&mut con, &["MEM.REMEMBER", "The user keeps a vegetable garden.", "USER", user]);
-    let hits = items(&q(&mut con, &["MEM.RECALL", "Does the user do gardening?", "USER", user])).len();
+    q(
+        &mut con,
+        &[
+            "MEM.REMEMBER",
+            "The user keeps a vegetable garden.",
+            "USER",
+            user,
+        ],
+    );
+    let hits = items(&q(
+        &mut con,
+        &["MEM.RECALL", "Does the user do gardening?", "USER", user],
+    ))
+    .len();
     assert_eq!(hits, 1);
     let info = q(&mut con, &["MEM.INFO"]);
     assert!(as_str(get(&info, "upstream")).ends_with("(tls)"));
@@ -127,13 +140,19 @@ fn rediss_with_a_ca_file_insecure_and_a_client_certificate() {
     // Verified against the CA.
     let ca = pki.ca_path();
     let proxy = Proxy::start(&url, |c| c.tls_ca_file = Some(ca.clone()));
+    let mut probe = proxy.raw();
+    probe.cmd(&[b"PING"]);
+    assert_eq!(probe.read_str(), "+PONG\r\n");
     exercise(&proxy, "tls-ca");
 
     // Without the CA (system roots only) the server is not trusted: refused, clearly.
     let strict = Proxy::start(&url, |_| {});
     let mut raw = strict.raw();
     let r = raw.read_str();
-    assert!(r.starts_with("-ERR upstream unavailable") && r.contains("TLS"), "{r}");
+    assert!(
+        r.starts_with("-ERR upstream unavailable") && r.contains("TLS"),
+        "{r}"
+    );
 
     // `tls_insecure` (development) accepts it.
     let insecure = Proxy::start(&url, |c| c.tls_insecure = true);
@@ -153,7 +172,10 @@ fn rediss_with_a_ca_file_insecure_and_a_client_certificate() {
     let mut raw = without.raw();
     raw.cmd(&[b"PING"]);
     let r = raw.read_str();
-    assert!(!r.starts_with("+PONG"), "a server requiring a client certificate let us in: {r}");
+    assert!(
+        !r.starts_with("+PONG"),
+        "a server requiring a client certificate let us in: {r}"
+    );
 }
 
 fn unix_cmd(path: &Path, args: &[&[u8]]) -> String {
@@ -171,7 +193,12 @@ fn unix_sockets_to_the_upstream_and_from_clients() {
     let dir = std::env::temp_dir().join(unique("memproxy-unix"));
     std::fs::create_dir_all(&dir).unwrap();
     let redis_sock = dir.join("redis.sock");
-    let redis = Redis::start(&["--unixsocket", redis_sock.to_str().unwrap(), "--unixsocketperm", "700"]);
+    let redis = Redis::start(&[
+        "--unixsocket",
+        redis_sock.to_str().unwrap(),
+        "--unixsocketperm",
+        "700",
+    ]);
     let _ = redis.port;
     let proxy_sock = dir.join("memproxy.sock");
     let listen = proxy_sock.display().to_string();
