@@ -17,8 +17,9 @@ pub const ID_TRIES: usize = 5;
 /// Keys one cursor page of an erasure reads.
 pub const FORGET_PAGE: usize = 500;
 
-/// Redis time one erasure script may take before it hands back (microseconds).
-pub const FORGET_BUDGET_US: u64 = 2_000;
+/// Redis time one erasure step aims at: the step size adapts to stay near it (deleting a
+/// document costs about 1 ms of HNSW upkeep on small machines).
+pub const FORGET_STEP: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The keys of one FT.AGGREGATE … LOAD 1 @__key WITHCURSOR page, and the cursor (0: done), in
 /// either protocol's shape: RESP2 `[[total, [__key, k], …], cursor]`, RESP3
@@ -400,8 +401,9 @@ impl Store {
 
     /// Delete every memory of a scope without blocking Redis: a cursor reads the scope's keys a
     /// page at a time (plain FT.AGGREGATE / FT.CURSOR on the client's connection), and a script
-    /// deletes the exact matches among them for at most [`FORGET_BUDGET_US`] of Redis time per
-    /// call. Returns how many were deleted; safe to run again after an interruption.
+    /// deletes the exact matches among them a few at a time, as many as fit in about
+    /// [`FORGET_STEP`] (timed by the proxy: a script's clock is frozen). Returns how many were
+    /// deleted; safe to run again after an interruption.
     pub async fn forget_scope(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
         indexed!(self, self.forget_pages(link, scope).await)
     }
@@ -427,6 +429,7 @@ impl Store {
         .collect();
         let mut reply = ok(link.call1(first).await?)?;
         let mut deleted = 0i64;
+        let mut step = 4usize;
         loop {
             let (keys, cursor) = cursor_page(&reply);
             let mut rest: &[String] = &keys;
@@ -435,14 +438,21 @@ impl Store {
                     b"keys".to_vec(),
                     scope.user.clone().into_bytes(),
                     scope.namespace.clone().into_bytes(),
-                    FORGET_BUDGET_US.to_string().into_bytes(),
+                    step.to_string().into_bytes(),
                 ];
-                args.extend(rest.iter().map(|k| k.clone().into_bytes()));
+                args.extend(rest.iter().take(step).map(|k| k.clone().into_bytes()));
+                let started = std::time::Instant::now();
                 let v = self
                     .scripts
                     .forget
                     .run(link, &[], &self.keys.rights_forget_scope(), args)
                     .await?;
+                let took = started.elapsed();
+                if took < FORGET_STEP / 2 {
+                    step = (step * 2).min(256);
+                } else if took > FORGET_STEP * 2 {
+                    step = (step / 2).max(1);
+                }
                 let a = array(&v);
                 deleted += a.first().and_then(int).unwrap_or(0);
                 let examined = a.get(1).and_then(int).unwrap_or(0).max(1) as usize;

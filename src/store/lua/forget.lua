@@ -1,7 +1,7 @@
 -- Delete memories. Mode 'id': KEYS[1] is the memory, A[2] (optional) the user it must belong to.
--- Mode 'keys': A[2] user, A[3] namespace ('' for any), A[4] time budget in microseconds, then
+-- Mode 'keys': A[2] user, A[3] namespace ('' for any), A[4] how many to examine at most, then
 -- candidate keys (found by a scope query). Deletes those whose stored user and namespace are
--- exactly the scope's, one by one, until the budget is spent (a few ms of Redis time per call).
+-- exactly the scope's. (Scripts see a frozen clock, so the caller sizes the step by timing it.)
 -- Returns {deleted, examined}: the caller sends the keys after `examined` again.
 local function json_field(key, path)
   local ok, v = pcall(redis.call, 'JSON.GET', key, path)
@@ -19,14 +19,9 @@ if A[1] == 'id' then
   return redis.call('DEL', KEYS[1])
 end
 
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local user, ns, budget = A[2], A[3], tonumber(A[4])
-local start = now_us()
+local user, ns, most = A[2], A[3], tonumber(A[4])
 local deleted, examined = 0, 0
-for i = 5, #A do
+for i = 5, math.min(#A, 4 + most) do
   local key = A[i]
   examined = examined + 1
   -- TAG matching is looser than equality (case, separators): delete exact matches only.
@@ -34,6 +29,5 @@ for i = 5, #A do
       and (ns == '' or json_field(key, '$.namespace') == ns) then
     deleted = deleted + redis.call('DEL', key)
   end
-  if now_us() - start >= budget then break end
 end
 return {deleted, examined}
