@@ -134,7 +134,7 @@ fn main() {
                             *errors
                                 .lock()
                                 .unwrap()
-                                .entry(format!("client-side: {}", format!("{:?}", e.kind())))
+                                .entry(format!("client-side: {:?}", e.kind()))
                                 .or_default() += 1
                         }
                     }

@@ -208,7 +208,7 @@ fn corpus(n: usize) -> Vec<String> {
                     WORDS[(r / 7) % WORDS.len()]
                 ),
                 _ => {
-                    if r % 2 == 0 {
+                    if r.is_multiple_of(2) {
                         STOP[r % STOP.len()].to_string()
                     } else {
                         WORDS[r % WORDS.len()].to_string()
