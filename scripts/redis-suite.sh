@@ -33,7 +33,7 @@ run() { # label port -> file of "[ok|err|exception]: name" lines
   local out="$work/$1.txt"
   (cd "$SRC" && ./runtest --host 127.0.0.1 --port "$2" --singledb --clients 1 --timeout 120 \
      $(printf -- '--single %s ' "${UNITS[@]}") 2>&1) | tee "$work/$1.log" |
-    grep -E '^\[(ok|err|exception|ignore|skip)\]' | sed 's/ ([0-9]* ms)$//' | sort -u > "$out" || true
+    sed 's/\x1b\[[0-9;]*m//g' | grep -E '^\[(ok|err|exception|ignore|skip)\]' | sed 's/ ([0-9]* ms)$//' | sort -u > "$out" || true
   echo "$out"
 }
 direct=$(run direct "$RPORT")

@@ -16,7 +16,8 @@
 //! - a MEM.* reply fills the slot of its request, also inside a pipeline of ordinary commands;
 //! - ordinary requests and their replies are forwarded byte for byte; RESP3 pushes are forwarded as
 //!   they arrive, taking no slot;
-//! - after (P|S)SUBSCRIBE, MONITOR, SYNC/PSYNC or a protocol error the connection is a raw tunnel;
+//! - after (P|S)(UN)SUBSCRIBE, MONITOR, SYNC/PSYNC or a protocol error the connection is a raw
+//!   tunnel;
 //! - if the upstream breaks, every outstanding request gets an error and the client is closed;
 //! - when the client goes away its upstream connection is closed at once, whatever is pending on
 //!   it (as Redis frees a client that closed): nothing stays blocked in Redis on its behalf;
@@ -295,6 +296,10 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             "subscribe",
             "psubscribe",
             "ssubscribe",
+            // Outside subscribed mode these answer once per channel (RESP2) or by pushes (RESP3).
+            "unsubscribe",
+            "punsubscribe",
+            "sunsubscribe",
             "monitor",
             "sync",
             "psync",

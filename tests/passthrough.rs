@@ -417,3 +417,17 @@ fn command_table_knows_the_mem_verbs() {
         .iter()
         .any(|l| as_str(l).starts_with("MEM.RECALL query [USER user]")));
 }
+
+#[test]
+fn unsubscribe_without_subscriptions_answers_once_per_channel() {
+    // Redis's own suite ("UNSUBSCRIBE from non-subscribed channels"): three channels, three
+    // replies, none of them a push in RESP2.
+    let mut c = shared().proxy.raw();
+    c.cmd(&[b"UNSUBSCRIBE", b"foo", b"bar", b"quux"]);
+    for ch in ["foo", "bar", "quux"] {
+        let r = c.read_str();
+        assert!(r.contains("unsubscribe") && r.contains(ch), "{r}");
+    }
+    c.cmd(&[b"PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+}
