@@ -90,6 +90,19 @@ pub fn start_memproxy(redis_port: u16, extra: &[&str]) -> (Proc, u16) {
     (Proc(child), port)
 }
 
+/// Resident memory of a process, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
 pub fn connect(port: u16) -> redis::Connection {
     redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .unwrap()
