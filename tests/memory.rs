@@ -670,3 +670,36 @@ fn missing_modules_are_named() {
     assert!(e.contains("lacks the Search module"), "{e}");
     assert_eq!(as_str(&q(&mut con, &["PING"])), "PONG");
 }
+
+/// Hybrid recall falls back to its keyword side when the vector side cannot be had: here every
+/// embedding outlasts a 1 ms deadline (a model run takes several ms), so hybrid answers with
+/// keyword hits marked `keyword`, and vector mode answers the embedder's error.
+#[test]
+fn hybrid_falls_back_to_keyword_when_the_embedding_fails() {
+    let s = shared();
+    let mut writer = s.proxy.client();
+    let user = unique("fallback");
+    remember(
+        &mut writer,
+        "The user collects antique barometers.",
+        &["USER", &user],
+    );
+    let proxy = Proxy::start(&s.redis.url(), |c| c.embed_timeout_ms = 1);
+    let mut con = proxy.client();
+    // A long question (256 tokens) takes the model well over the 1 ms deadline.
+    let long = "weather instruments in the study ".repeat(60);
+    let question = format!("barometers {long} {}", unique("q"));
+    let hits = recall(&mut con, &question, &["USER", &user, "MODE", "hybrid"]);
+    assert_eq!(texts(&hits), vec!["The user collects antique barometers."]);
+    assert_eq!(as_str(get(&hits[0], "retrieval")), "keyword");
+    let e = err(
+        &mut con,
+        &[
+            "MEM.RECALL",
+            &format!("{long} {}", unique("again")),
+            "USER",
+            &user,
+        ],
+    );
+    assert!(e.contains("timed out"), "{e}");
+}

@@ -5,7 +5,7 @@ use super::embed::embed;
 use super::hit;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::error::MemResult;
+use crate::error::{Fault, MemResult};
 use crate::resp::Reply;
 use crate::store::memory::{Recall, Retrieval};
 use crate::store::Scope;
@@ -84,12 +84,22 @@ impl RecallCmd {
     }
 
     pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
-        // Keyword recall needs no embedding.
-        let vector = match self.opts.mode {
+        // Keyword recall needs no embedding; hybrid recall whose embedding fails (overloaded,
+        // timed out, model error) answers with its keyword side, marked `keyword`.
+        let mut mode = self.opts.mode;
+        let vector = match mode {
             Retrieval::Keyword => None,
             _ => {
                 let rights = engine.store.keys.rights_read();
-                Some(embed(engine, link, &self.query, &rights).await?)
+                match embed(engine, link, &self.query, &rights).await {
+                    Ok(v) => Some(v),
+                    Err(e) if mode == Retrieval::Hybrid && e.fault() == Fault::Embedder => {
+                        tracing::warn!(error = %e, "hybrid recall: no embedding, answering with the keyword side");
+                        mode = Retrieval::Keyword;
+                        None
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
         let r = Recall {
@@ -98,7 +108,7 @@ impl RecallCmd {
             vector: vector.as_deref().unwrap_or(&[]),
             k: self.opts.k,
             threshold: self.opts.threshold,
-            mode: self.opts.mode,
+            mode,
             weights: self.opts.weights,
         };
         let hits = engine.store.recall(link, &r).await?;
