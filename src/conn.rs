@@ -645,9 +645,15 @@ impl Session {
         if let Some(reason) = &link.broken {
             return Err(reason.clone());
         }
+        // Trusted (no PING probe, prefetching) only once Redis has let this connection in; a
+        // MEM.* refused before reaching Redis (a syntax error) proves nothing.
         let denied =
             matches!(&reply, Reply::Error(e) if e.starts_with("NOAUTH") || e.starts_with("NOPERM"));
-        self.mem_trusted = !denied;
+        if denied {
+            self.mem_trusted = false;
+        } else if link.admitted {
+            self.mem_trusted = true;
+        }
         if !silent {
             reply.encode(self.state.protocol, &mut self.out);
         }

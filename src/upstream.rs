@@ -306,6 +306,8 @@ pub struct Link {
     /// Replies still owed by the upstream after a timeout: the session discards them when they
     /// come, so the connection stays in step and the client keeps it.
     pub owed: usize,
+    /// Some call got replies and none was NOAUTH: the connection is known to be let in.
+    pub admitted: bool,
     turned_on: bool,
     timeout: Duration,
 }
@@ -319,6 +321,7 @@ impl Link {
             broken: None,
             mode,
             owed: 0,
+            admitted: false,
             turned_on: false,
             timeout,
         }
@@ -385,6 +388,9 @@ impl Link {
             replies.push(self.read_reply().await?);
             self.owed -= 1;
         }
+        self.admitted |= !replies
+            .iter()
+            .any(|r| matches!(r, Value::ServerError(e) if e.code() == "NOAUTH"));
         Ok(replies)
     }
 

@@ -154,6 +154,9 @@ fn noauth_and_noperm_come_before_any_model_run() {
     assert_eq!(texts(&proxy), 0);
     let mut raw = proxy.raw();
     let text = unique("never embedded text");
+    // A malformed MEM.* first: answered before Redis is asked, so it must not count as admitted.
+    raw.cmd(&[b"MEM.RECALL", b"x", b"K", b"0"]);
+    assert!(raw.read_str().starts_with("-ERR MEM.RECALL"));
     for cmd in [
         vec![b"MEM.REMEMBER".as_slice(), text.as_bytes()],
         vec![b"MEM.EMBED", text.as_bytes()],
