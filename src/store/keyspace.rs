@@ -278,8 +278,8 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
     terms
 }
 
-/// One command as the rights check of a script takes it.
-fn right(args: &[&str]) -> Spec {
+/// A command (or script arguments) from its words.
+pub fn cmd(args: &[&str]) -> Spec {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
 }
 
@@ -290,8 +290,8 @@ impl Keyspace {
     /// Search the index and read a memory's TTL.
     pub fn rights_read(&self) -> Vec<Spec> {
         vec![
-            right(&["FT.SEARCH", &self.index, "*"]),
-            right(&["PTTL", &self.memory("0")]),
+            cmd(&["FT.SEARCH", &self.index, "*"]),
+            cmd(&["PTTL", &self.memory("0")]),
         ]
     }
 
@@ -299,9 +299,9 @@ impl Keyspace {
     pub fn rights_remember(&self, key: &str) -> Vec<Spec> {
         let mut r = self.rights_read();
         r.extend([
-            right(&["JSON.SET", key, "$", "{}", "NX"]),
-            right(&["JSON.NUMINCRBY", key, "$.hit_count", "1"]),
-            right(&["EXPIRE", key, "1"]),
+            cmd(&["JSON.SET", key, "$", "{}", "NX"]),
+            cmd(&["JSON.NUMINCRBY", key, "$.hit_count", "1"]),
+            cmd(&["EXPIRE", key, "1"]),
         ]);
         r
     }
@@ -310,14 +310,14 @@ impl Keyspace {
     pub fn rights_session(&self, thread: &str) -> Vec<Spec> {
         let (s, e) = (self.session(thread), self.events(thread));
         vec![
-            right(&["HSET", &s, "f", "v"]),
-            right(&["HINCRBY", &s, "f", "1"]),
-            right(&["HGET", &s, "f"]),
-            right(&["EXPIRE", &s, "1"]),
-            right(&["DEL", &s]),
-            right(&["XADD", &e, "*", "f", "v"]),
-            right(&["EXPIRE", &e, "1"]),
-            right(&["DEL", &e]),
+            cmd(&["HSET", &s, "f", "v"]),
+            cmd(&["HINCRBY", &s, "f", "1"]),
+            cmd(&["HGET", &s, "f"]),
+            cmd(&["EXPIRE", &s, "1"]),
+            cmd(&["DEL", &s]),
+            cmd(&["XADD", &e, "*", "f", "v"]),
+            cmd(&["EXPIRE", &e, "1"]),
+            cmd(&["DEL", &e]),
         ]
     }
 
@@ -330,13 +330,13 @@ impl Keyspace {
 
     /// Delete one memory (reading its owner first).
     pub fn rights_forget_id(&self, key: &str) -> Vec<Spec> {
-        vec![right(&["JSON.GET", key, "$.user"]), right(&["DEL", key])]
+        vec![cmd(&["JSON.GET", key, "$.user"]), cmd(&["DEL", key])]
     }
 
     /// Delete a scope's memories (found by a cursor the client runs itself).
     pub fn rights_forget_scope(&self) -> Vec<Spec> {
         let key = self.memory("0");
-        vec![right(&["JSON.GET", &key, "$.user"]), right(&["DEL", &key])]
+        vec![cmd(&["JSON.GET", &key, "$.user"]), cmd(&["DEL", &key])]
     }
 }
 

@@ -3,7 +3,7 @@
 use redis::Value;
 use serde_json::json;
 
-use super::keyspace::{new_id, Kind, Scope, Spec};
+use super::keyspace::{cmd, new_id, Kind, Scope, Spec};
 use super::scripts::{ok, push_spec};
 use super::value::{array, field, flat, float, int, text, ttl_from_pttl};
 use super::{now_ts, Store};
@@ -411,7 +411,7 @@ impl Store {
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
         let (index, query) = self.keys.scope_query(scope);
         let page = FORGET_PAGE.to_string();
-        let first: Vec<Vec<u8>> = [
+        let first = cmd(&[
             "FT.AGGREGATE",
             &index,
             &query,
@@ -423,10 +423,7 @@ impl Store {
             &page,
             "DIALECT",
             "2",
-        ]
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+        ]);
         let mut reply = ok(link.call1(first).await?)?;
         let mut deleted = 0i64;
         let mut step = 4usize;
@@ -461,15 +458,14 @@ impl Store {
             if cursor == 0 {
                 return Ok(deleted);
             }
-            let read = [
-                b"FT.CURSOR".to_vec(),
-                b"READ".to_vec(),
-                index.clone().into_bytes(),
-                cursor.to_string().into_bytes(),
-                b"COUNT".to_vec(),
-                page.clone().into_bytes(),
-            ]
-            .to_vec();
+            let read = cmd(&[
+                "FT.CURSOR",
+                "READ",
+                &index,
+                &cursor.to_string(),
+                "COUNT",
+                &page,
+            ]);
             reply = ok(link.call1(read).await?)?;
         }
     }

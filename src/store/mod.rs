@@ -120,8 +120,11 @@ impl Store {
     }
 
     async fn admin1(&self, args: &[&str]) -> MemResult<Value> {
-        let cmd = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-        Ok(self.admin(&[cmd]).await?.pop().unwrap_or_default())
+        Ok(self
+            .admin(&[keyspace::cmd(args)])
+            .await?
+            .pop()
+            .unwrap_or_default())
     }
 
     /// The index is known to be usable (checked, or created, on memproxy's own connection).

@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use super::keyspace::{new_id, Spec};
+use super::keyspace::{cmd, new_id, Spec};
 use super::memory::{Hit, NewMemory, Recall, Remembered, ID_TRIES};
 use super::scripts::{ok, push_spec};
 use super::value::{array, flat, int, text, ttl_from_pttl};
@@ -283,7 +283,7 @@ impl Store {
             self.keys.events(t.thread),
             mem_key.clone(),
         ];
-        let mut args: Vec<Vec<u8>> = [
+        let mut args: Vec<Vec<u8>> = cmd(&[
             t.thread,
             t.role,
             t.recall.text,
@@ -293,10 +293,7 @@ impl Store {
             &maxlen.to_string(),
             &t.recall.scope.user,
             t.agent,
-        ]
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+        ]);
         let (kind, doc, mem_ttl, threshold) = match &t.remember {
             Some(m) => (
                 m.kind.as_str(),
