@@ -16,6 +16,8 @@ use common::*;
 use redis::Value;
 
 struct Ask {
+    /// 0: recall-eval.tsv (the set the defaults were chosen on), 1: recall-holdout.tsv.
+    set: usize,
     user: String,
     fact: Option<String>,
     question: String,
@@ -56,10 +58,12 @@ fn main() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    for line in data
+    let holdout = std::fs::read_to_string(root().join("bench/data/recall-holdout.tsv")).unwrap();
+    let lines = data
         .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
+        .map(|l| (0, l))
+        .chain(holdout.lines().map(|l| (1, l)));
+    for (set, line) in lines.filter(|(_, l)| !l.starts_with('#') && !l.is_empty()) {
         let cols: Vec<&str> = line.split('\t').collect();
         match cols[0] {
             "fact" => {
@@ -84,6 +88,7 @@ fn main() {
                 ids.insert(id, fid.to_string());
             }
             "ask" | "none" => asks.push(Ask {
+                set,
                 user: cols[1].to_string(),
                 fact: (cols[0] == "ask").then(|| cols[2].to_string()),
                 question: cols[3].to_string(),
@@ -104,6 +109,11 @@ fn main() {
     }
     embed_lat.sort();
     let configs: Vec<(&str, Vec<&str>)> = vec![
+        ("**default: auto** (no options)", vec![]),
+        (
+            "auto, recency off (`recall_recency_weight = 0`)",
+            vec!["NORECENCY"],
+        ),
         (
             "vector, threshold 0.55 (the guide's)",
             vec!["MODE", "vector", "THRESHOLD", "0.55"],
@@ -125,19 +135,62 @@ fn main() {
             "hybrid, threshold 0.75",
             vec!["MODE", "hybrid", "THRESHOLD", "0.75"],
         ),
-        ("default (no options)", vec![]),
     ];
-    let questions = asks.iter().filter(|a| a.fact.is_some()).count();
-    let unrelated = asks.len() - questions;
-    println!("\n## Recall on bench/data/recall-eval.tsv ({} facts, {questions} questions, {unrelated} unrelated)\n", ids.len());
+    let count = |set: usize, fact: bool| {
+        asks.iter()
+            .filter(|a| a.set == set && a.fact.is_some() == fact)
+            .count()
+    };
+    let (questions, unrelated) = (
+        [count(0, true), count(1, true)],
+        [count(0, false), count(1, false)],
+    );
+    println!(
+        "\n## Recall on bench/data/recall-eval.tsv ({} facts, {} questions, {} unrelated) and the held-out recall-holdout.tsv ({} questions, {} unrelated)\n",
+        ids.len(), questions[0], unrelated[0], questions[1], unrelated[1]
+    );
     println!(
         "MEM.EMBED p50 of the same questions (fresh): {:.3} ms\n",
         pct(&embed_lat, 0.5)
     );
-    println!("| mode and setting | recall@1 | recall@3 | unrelated with a hit | leaks | recall p50 ms (embedding cached) |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    // MEM.RECALL with the default settings on a fresh proxy (every question embedded by the
+    // model): the figure to hold against MEM.EMBED's p50.
+    {
+        let (_fresh, fport) = start_memproxy(rport, &[]);
+        let mut fresh = connect(fport);
+        let mut lat = Vec::new();
+        for a in &asks {
+            let t = Instant::now();
+            let _: Vec<Value> = redis::cmd("MEM.RECALL")
+                .arg(&a.question)
+                .arg("USER")
+                .arg(&a.user)
+                .query(&mut fresh)
+                .unwrap();
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        println!(
+            "MEM.RECALL p50 with the defaults, embedding not cached: {:.3} ms ({:.2}× MEM.EMBED)\n",
+            pct(&lat, 0.5),
+            pct(&lat, 0.5) / pct(&embed_lat, 0.5)
+        );
+    }
+    println!("| mode and setting | recall@1 | recall@3 | unrelated with a hit | held out: recall@1 | recall@3 | unrelated with a hit | leaks | recall p50 ms (embedding cached) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    // A second proxy on the same Redis with the recency gain off.
+    let conf = std::env::temp_dir().join(format!("memproxy-recall-{}.toml", std::process::id()));
+    std::fs::write(&conf, "recall_recency_weight = 0.0\n").unwrap();
+    let (_plain, pport) = start_memproxy(rport, &["--config", conf.to_str().unwrap()]);
+    let mut plain = connect(pport);
     for (name, opts) in configs {
-        let (mut at1, mut at3, mut noise, mut leaks) = (0, 0, 0, 0);
+        let con = if opts == ["NORECENCY"] {
+            &mut plain
+        } else {
+            &mut con
+        };
+        let opts: Vec<&str> = opts.into_iter().filter(|o| *o != "NORECENCY").collect();
+        let (mut at1, mut at3, mut noise, mut leaks) = ([0; 2], [0; 2], [0; 2], 0);
         let mut lat = Vec::new();
         for a in &asks {
             let mut c = redis::cmd("MEM.RECALL");
@@ -146,7 +199,7 @@ fn main() {
                 c.arg(*o);
             }
             let t = Instant::now();
-            let hits: Vec<Value> = c.query(&mut con).unwrap();
+            let hits: Vec<Value> = c.query(con).unwrap();
             lat.push(t.elapsed());
             let got: Vec<(String, String)> = hits
                 .iter()
@@ -161,24 +214,31 @@ fn main() {
             match &a.fact {
                 Some(f) => {
                     if got.first().is_some_and(|(_, g)| g == f) {
-                        at1 += 1;
+                        at1[a.set] += 1;
                     }
                     if got.iter().any(|(_, g)| g == f) {
-                        at3 += 1;
+                        at3[a.set] += 1;
                     }
                 }
                 None => {
                     if !got.is_empty() {
-                        noise += 1;
+                        noise[a.set] += 1;
                     }
                 }
             }
         }
         lat.sort();
+        let p = |n: usize, of: usize| 100.0 * n as f64 / of as f64;
         println!(
-            "| {name} | {:.1}% | {:.1}% | {noise} of {unrelated} | {leaks} | {:.3} |",
-            100.0 * at1 as f64 / questions as f64,
-            100.0 * at3 as f64 / questions as f64,
+            "| {name} | {:.1}% | {:.1}% | {} of {} | {:.1}% | {:.1}% | {} of {} | {leaks} | {:.3} |",
+            p(at1[0], questions[0]),
+            p(at3[0], questions[0]),
+            noise[0],
+            unrelated[0],
+            p(at1[1], questions[1]),
+            p(at3[1], questions[1]),
+            noise[1],
+            unrelated[1],
             pct(&lat, 0.5)
         );
     }

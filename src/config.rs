@@ -70,10 +70,15 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_DEDUP_THRESHOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dedup_threshold: Option<f64>,
-    /// Cosine distance beyond which MEM.RECALL drops vector hits [default: 0.55].
+    /// Cosine distance beyond which `MODE vector` and `hybrid` drop vector hits [default: 0.55].
     #[arg(long, env = "MEMPROXY_RECALL_THRESHOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recall_threshold: Option<f64>,
+    /// Recall mode when a MEM.RECALL / MEM.TURN names none: auto, vector, keyword or hybrid
+    /// [default: auto].
+    #[arg(long, env = "MEMPROXY_RECALL_MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall_mode: Option<String>,
     /// Address of the HTTP listener (/metrics, /healthz, /readyz) [default: off].
     #[arg(long, env = "MEMPROXY_HTTP_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,6 +120,19 @@ pub struct Config {
     pub session_ttl_seconds: u64,
     pub dedup_threshold: f64,
     pub recall_threshold: f64,
+    /// `auto`, `vector`, `keyword` or `hybrid`: the mode of a recall that names none.
+    pub recall_mode: String,
+    /// `MODE auto`: the relevance gate (best similarity plus the query's personal lean, see
+    /// `mem::rank`); a query under it recalls nothing.
+    pub recall_gate: f64,
+    /// `MODE auto`: the most a brand-new memory gains over an old one, in similarity.
+    pub recall_recency_weight: f64,
+    /// `MODE auto`: the age in days at which the recency gain halves.
+    pub recall_recency_half_life_days: f64,
+    /// `MODE auto`: gain per doubling of a memory's hit count (0: off).
+    pub recall_hit_weight: f64,
+    /// `MODE auto`: nearest memories considered before ranking (at least K).
+    pub recall_candidates: usize,
     pub episodic_ttl_seconds: u64,
     pub max_turns: usize,
     pub events_max_len: usize,
@@ -188,6 +206,12 @@ impl Default for Config {
             session_ttl_seconds: 3600,
             dedup_threshold: 0.20,
             recall_threshold: 0.55,
+            recall_mode: "auto".into(),
+            recall_gate: 0.22,
+            recall_recency_weight: 0.05,
+            recall_recency_half_life_days: 30.0,
+            recall_hit_weight: 0.0,
+            recall_candidates: 20,
             episodic_ttl_seconds: 7 * 24 * 3600,
             max_turns: 20,
             events_max_len: 1000,
@@ -272,6 +296,39 @@ impl Config {
             if !(0.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not a cosine distance in [0, 2]"));
             }
+        }
+        if !["auto", "vector", "keyword", "hybrid"].contains(&self.recall_mode.as_str()) {
+            return bad(
+                "recall_mode",
+                format!(
+                    "{:?} is not auto, vector, keyword or hybrid",
+                    self.recall_mode
+                ),
+            );
+        }
+        for (k, v) in [
+            ("recall_gate", self.recall_gate),
+            ("recall_recency_weight", self.recall_recency_weight),
+            ("recall_hit_weight", self.recall_hit_weight),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(k, format!("{v} is not in [-2, 2]"));
+            }
+        }
+        if !(self.recall_recency_half_life_days > 0.0) {
+            return bad(
+                "recall_recency_half_life_days",
+                format!(
+                    "{} is not a positive number of days",
+                    self.recall_recency_half_life_days
+                ),
+            );
+        }
+        if !(1..=1000).contains(&self.recall_candidates) {
+            return bad(
+                "recall_candidates",
+                format!("{} is not in 1..=1000", self.recall_candidates),
+            );
         }
         for (k, v) in [
             ("mem_index_name", &self.mem_index_name),

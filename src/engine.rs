@@ -33,6 +33,8 @@ pub struct Engine {
     pub embedder: Embedder,
     pub store: Store,
     pub metrics: crate::metrics::Metrics,
+    /// `MODE auto`'s query side.
+    pub ranker: crate::mem::rank::Ranker,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,12 +57,18 @@ impl Engine {
         let store = Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
         let metrics = crate::metrics::Metrics::new();
         embedder.observe_batches(metrics.batch_size.clone());
+        let ranker = crate::mem::rank::Ranker::default();
+        if let Err(e) = ranker.prepare(&embedder).await {
+            // Not fatal: the first MODE auto recall tries again (and answers its error).
+            tracing::warn!(error = %e, "could not embed the recall prototypes yet");
+        }
         Ok(Engine {
             cfg,
             upstream,
             embedder,
             store,
             metrics,
+            ranker,
         })
     }
 

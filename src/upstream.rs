@@ -57,6 +57,11 @@ impl std::fmt::Debug for UpstreamAddr {
 }
 
 impl UpstreamAddr {
+    /// The ACL user of the URL, if it names one.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
     pub fn from_config(cfg: &Config) -> Result<UpstreamAddr, String> {
         let u = url::Url::parse(&cfg.upstream).map_err(|e| format!("{}: {e}", cfg.upstream))?;
         let decode = |s: &str| {

@@ -29,9 +29,12 @@ fn guide_walkthrough() {
         let r = remember(&mut con, &s[1], &["KIND", &s[0]]);
         assert_eq!(as_i64(get(&r, "deduped")), 0);
     }
+    // The guide's own recall (KNN, cut-off 0.55) stays available as MODE vector, with the
+    // guide's published distances.
+    let guide = ["MODE", "vector"];
     let probes = tsv("seed-demo-probes.tsv");
     for p in &probes[..2] {
-        let hits = recall(&mut con, &p[0], &[]);
+        let hits = recall(&mut con, &p[0], &guide);
         assert!(!hits.is_empty(), "{} recalls something", p[0]);
         let top = &hits[0];
         assert!(
@@ -54,17 +57,18 @@ fn guide_walkthrough() {
     let r = remember(&mut con, &probes[2][0], &["KIND", "semantic"]);
     assert_eq!(as_i64(get(&r, "deduped")), 1);
     assert!((as_f64(get(&r, "distance")) - 0.1472).abs() <= 0.005);
-    let hits = recall(&mut con, &probes[2][0], &["K", "1"]);
+    let hits = recall(&mut con, &probes[2][0], &["K", "1", "MODE", "vector"]);
     assert_eq!(as_str(get(&hits[0], "text")), seeds[0][1]);
     assert_eq!(as_i64(get(&hits[0], "hit_count")), 1);
     assert_eq!(as_str(get(&hits[0], "id")), as_str(get(&r, "id")));
     // Teal recalls nothing and is written fresh.
-    assert!(recall(&mut con, &probes[3][0], &[]).is_empty());
+    assert!(recall(&mut con, &probes[3][0], &guide).is_empty());
     let r = remember(&mut con, &probes[3][0], &[]);
     assert_eq!(as_i64(get(&r, "deduped")), 0);
     assert!(as_f64(get(&r, "distance")) > 0.8);
     // Another user sees none of it.
     assert!(recall(&mut con, &probes[0][0], &["USER", "bob"]).is_empty());
+    assert!(recall(&mut con, &probes[0][0], &["USER", "bob", "MODE", "vector"]).is_empty());
 }
 
 #[test]
@@ -95,7 +99,7 @@ fn isolation_cannot_be_widened() {
         "-alice",
         "%alice%",
     ] {
-        for mode in ["vector", "keyword", "hybrid"] {
+        for mode in ["vector", "keyword", "hybrid", "auto"] {
             let hits = recall(
                 &mut con,
                 probe,
@@ -702,4 +706,97 @@ fn hybrid_falls_back_to_keyword_when_the_embedding_fails() {
         ],
     );
     assert!(e.contains("timed out"), "{e}");
+}
+
+/// The default recall (`MODE auto`, issue 15): an indirect question finds its memory where the
+/// guide's cut-off finds nothing; an unrelated question that happens to be near a memory gets
+/// nothing; of two facts that differ only in age, the newer comes first.
+#[test]
+fn default_recall_finds_indirect_questions_and_nothing_else() {
+    let s = shared();
+    let mut con = s.proxy.client();
+    let mut d = direct(&s.redis);
+    let user = unique("auto");
+    let id = |v: &Value| as_str(get(v, "id"));
+    let peanuts = id(&remember(
+        &mut con,
+        "The user is allergic to peanuts.",
+        &["USER", &user],
+    ));
+    remember(
+        &mut con,
+        "The user plays five-a-side football on Thursday nights.",
+        &["USER", &user],
+    );
+    remember(
+        &mut con,
+        "The user's manager is called Priya.",
+        &["USER", &user],
+    );
+
+    let question = "Is there anything I should keep out of recipes for them?";
+    let hits = recall(&mut con, question, &["USER", &user]);
+    assert_eq!(id(&hits[0]), peanuts, "{:?}", texts(&hits));
+    assert_eq!(as_str(get(&hits[0], "retrieval")), "auto");
+    // `distance` stays the raw cosine distance to the question, as MODE vector reports it.
+    let plain = recall(
+        &mut con,
+        question,
+        &["USER", &user, "MODE", "vector", "THRESHOLD", "2"],
+    );
+    let raw = plain.iter().find(|h| id(h) == peanuts).unwrap();
+    assert!((as_f64(get(&hits[0], "distance")) - as_f64(get(raw, "distance"))).abs() < 1e-6);
+    assert!(
+        as_f64(get(raw, "distance")) > 0.55,
+        "the guide's cut-off would keep it"
+    );
+    assert!(recall(&mut con, question, &["USER", &user, "MODE", "vector"]).is_empty());
+
+    // Near the football memory by topic, but not a question about the user.
+    let everest = "How many players are on a baseball team?";
+    assert!(!recall(
+        &mut con,
+        everest,
+        &["USER", &user, "MODE", "vector", "THRESHOLD", "0.75"]
+    )
+    .is_empty());
+    assert!(recall(&mut con, everest, &["USER", &user]).is_empty());
+    // A question made only of stopwords, and one of symbols.
+    for q_ in ["is it the and of?", "?!*%@{}"] {
+        let _ = recall(&mut con, q_, &["USER", &user]);
+    }
+    // THRESHOLD still caps the raw distance in auto mode.
+    assert!(recall(&mut con, question, &["USER", &user, "THRESHOLD", "0.1"]).is_empty());
+
+    // Two facts equal but for their age: the newer first, either way round.
+    let berlin = id(&remember(
+        &mut con,
+        "The user lives in Berlin.",
+        &["USER", &user],
+    ));
+    let lisbon = id(&remember(
+        &mut con,
+        "The user lives in Lisbon.",
+        &["USER", &user],
+    ));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let age = |d: &mut redis::Connection, id: &str, days: f64| {
+        let _: () = redis::cmd("JSON.SET")
+            .arg(format!("agent:mem:{id}"))
+            .arg("$.created_ts")
+            .arg(now - days * 86_400.0)
+            .query(d)
+            .unwrap();
+    };
+    for (old, new) in [(&berlin, &lisbon), (&lisbon, &berlin)] {
+        age(&mut d, old, 120.0);
+        age(&mut d, new, 2.0);
+        let hits = recall(&mut con, "Where does the user live?", &["USER", &user]);
+        assert_eq!(&id(&hits[0]), new, "{:?}", texts(&hits));
+        assert_eq!(&id(&hits[1]), old);
+        assert!(as_f64(get(&hits[0], "score")) > as_f64(get(&hits[1], "score")));
+    }
 }

@@ -144,6 +144,9 @@ fn guide_walkthrough_through_turns() {
     assert_eq!(as_i64(get(&t, "turn_count")), 1);
     let top = &items(get(&t, "recalled"))[0];
     assert!(as_str(get(top, "text")).starts_with(&probes[0][1]));
+    // MEM.TURN recalls with the same default as MEM.RECALL (issue 15), and still reports the
+    // guide's raw distance.
+    assert_eq!(as_str(get(top, "retrieval")), "auto");
     assert!((as_f64(get(top, "distance")) - 0.4705).abs() <= 0.005);
     assert_eq!(get(&t, "remembered"), &Value::Nil);
 

@@ -90,7 +90,12 @@ pub struct Verb {
 }
 
 const KINDS: &[Arg] = &[token("EPISODIC"), token("SEMANTIC")];
-const MODES: &[Arg] = &[token("VECTOR"), token("KEYWORD"), token("HYBRID")];
+const MODES: &[Arg] = &[
+    token("AUTO"),
+    token("VECTOR"),
+    token("KEYWORD"),
+    token("HYBRID"),
+];
 
 const SCOPE_USER: Arg = opt("USER", "user", "string");
 const SCOPE_NS: Arg = opt("NS", "namespace", "string");
@@ -446,7 +451,7 @@ mod tests {
         assert_eq!(
             syntax(recall.args),
             "query [USER user] [NS namespace] [KIND EPISODIC | SEMANTIC] [THREAD thread] [K k] \
-             [THRESHOLD distance] [MODE VECTOR | KEYWORD | HYBRID] [WEIGHTS keyword vector]"
+             [THRESHOLD distance] [MODE AUTO | VECTOR | KEYWORD | HYBRID] [WEIGHTS keyword vector]"
         );
         assert!(find(b"mem.nope").is_none());
     }

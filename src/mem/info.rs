@@ -2,7 +2,7 @@
 //!
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
-//! recall_threshold, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
+//! recall_threshold, recall_mode, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
 //! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
 //! version, upstream`.
 
@@ -25,6 +25,7 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         ("dim", Reply::Int(engine.embedder.info().dim as i64)),
         ("dedup_threshold", Reply::Double(cfg.dedup_threshold)),
         ("recall_threshold", Reply::Double(cfg.recall_threshold)),
+        ("recall_mode", Reply::text(&cfg.recall_mode)),
         (
             "ttl_by_kind",
             Reply::Map(vec![

@@ -16,7 +16,7 @@ pub const MAX_K: i64 = 1000;
 
 /// # Format
 /// `MEM.RECALL query [USER u] [NS ns] [KIND k] [THREAD t] [K n] [THRESHOLD distance]
-/// [MODE vector|keyword|hybrid] [WEIGHTS kw vec]` → array of hits, best first.
+/// [MODE auto|vector|keyword|hybrid] [WEIGHTS kw vec]` → array of hits, best first.
 pub struct RecallCmd {
     pub query: String,
     pub scope: Scope,
@@ -41,9 +41,12 @@ pub const RECALL_OPTS: [Opt; 4] = [
 impl RecallOpts {
     pub fn from(o: &super::args::Options, a: &Args, cfg: &Config) -> MemResult<RecallOpts> {
         let mode = match o.str("MODE") {
-            None => Retrieval::Vector,
-            Some(m) => Retrieval::parse(m)
-                .ok_or_else(|| a.err(format!("unknown MODE '{m}' (vector, keyword or hybrid)")))?,
+            None => Retrieval::parse(&cfg.recall_mode).unwrap_or(Retrieval::Auto),
+            Some(m) => Retrieval::parse(m).ok_or_else(|| {
+                a.err(format!(
+                    "unknown MODE '{m}' (auto, vector, keyword or hybrid)"
+                ))
+            })?,
         };
         let weights = match o.values("WEIGHTS") {
             None => (1.0, 1.0),
@@ -56,11 +59,47 @@ impl RecallOpts {
             k: o.int(a, "K", 1..=MAX_K)?
                 .map(|k| k as usize)
                 .unwrap_or(cfg.default_k),
-            threshold: o
-                .float(a, "THRESHOLD", 0.0..=2.0)?
-                .unwrap_or(cfg.recall_threshold),
+            // THRESHOLD caps the raw distance in every mode; `auto` needs no cap of its own
+            // (its gate decides whether anything comes back).
+            threshold: o.float(a, "THRESHOLD", 0.0..=2.0)?.unwrap_or(match mode {
+                Retrieval::Auto => 2.0,
+                _ => cfg.recall_threshold,
+            }),
             mode,
             weights,
+        })
+    }
+}
+
+impl RecallOpts {
+    /// What to recall for `text` (embedded as `vector`) in `scope`, with `MODE auto`'s ranking
+    /// side when that is the mode. MEM.RECALL and MEM.TURN both build their recall here.
+    pub async fn recall<'a>(
+        &self,
+        engine: &Engine,
+        scope: &'a Scope,
+        text: &'a str,
+        vector: &'a [f32],
+    ) -> MemResult<Recall<'a>> {
+        let ranking = match self.mode {
+            Retrieval::Auto => Some(
+                engine
+                    .ranker
+                    .ranking(&engine.embedder, vector)
+                    .await
+                    .map_err(|e| crate::error::MemError::Embedder(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(Recall {
+            scope,
+            text,
+            vector,
+            k: self.k,
+            threshold: self.threshold,
+            mode: self.mode,
+            weights: self.weights,
+            ranking,
         })
     }
 }
@@ -102,15 +141,15 @@ impl RecallCmd {
                 }
             }
         };
-        let r = Recall {
-            scope: &self.scope,
-            text: &self.query,
-            vector: vector.as_deref().unwrap_or(&[]),
-            k: self.opts.k,
-            threshold: self.opts.threshold,
-            mode,
-            weights: self.opts.weights,
-        };
+        let opts = RecallOpts { mode, ..self.opts };
+        let r = opts
+            .recall(
+                engine,
+                &self.scope,
+                &self.query,
+                vector.as_deref().unwrap_or(&[]),
+            )
+            .await?;
         let hits = engine.store.recall(link, &r).await?;
         Ok(Reply::Array(hits.iter().map(hit::recalled).collect()))
     }

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
-use crate::store::memory::{NewMemory, Recall};
+use crate::store::memory::NewMemory;
 use crate::store::session::TurnInput;
 use crate::store::{Kind, Scope};
 use crate::upstream::Link;
@@ -79,15 +79,10 @@ impl TurnCmd {
             thread: &self.thread,
             role: &self.role,
             agent: &self.agent,
-            recall: Recall {
-                scope: &self.scope,
-                text: &self.content,
-                vector: &vector,
-                k: self.opts.k,
-                threshold: self.opts.threshold,
-                mode: self.opts.mode,
-                weights: self.opts.weights,
-            },
+            recall: self
+                .opts
+                .recall(engine, &self.scope, &self.content, &vector)
+                .await?,
             remember: self.remember.map(|kind| NewMemory {
                 text: &self.content,
                 scope: &write_scope,

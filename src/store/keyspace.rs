@@ -200,6 +200,29 @@ impl Keyspace {
         Self::with_return(self.knn_base(scope, k, vector), &["distance"])
     }
 
+    /// KNN `k` within the scope with only the distance and the scope fields (the raw side of
+    /// `MODE auto`, which needs distances, not texts).
+    pub fn knn_brief(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        let mut s = self.knn_base(scope, k, vector);
+        s.extend(
+            [
+                "RETURN",
+                "6",
+                "distance",
+                "id",
+                "user",
+                "namespace",
+                "kind",
+                "source_thread",
+                "DIALECT",
+                "2",
+            ]
+            .iter()
+            .map(|a| a.as_bytes().to_vec()),
+        );
+        s
+    }
+
     /// The nearest memories of the scope with their scope fields (for dedup, which takes the
     /// nearest whose user, namespace and kind are exactly the scope's).
     pub fn nearest(&self, scope: &Scope, vector: &[f32]) -> Spec {

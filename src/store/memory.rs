@@ -61,6 +61,8 @@ pub enum Retrieval {
     Vector,
     Keyword,
     Hybrid,
+    /// Vector candidates re-ranked and gated (see `mem::rank`); the default.
+    Auto,
 }
 
 impl Retrieval {
@@ -69,6 +71,7 @@ impl Retrieval {
             Retrieval::Vector => "vector",
             Retrieval::Keyword => "keyword",
             Retrieval::Hybrid => "hybrid",
+            Retrieval::Auto => "auto",
         }
     }
 
@@ -77,6 +80,7 @@ impl Retrieval {
             "vector" => Some(Retrieval::Vector),
             "keyword" => Some(Retrieval::Keyword),
             "hybrid" => Some(Retrieval::Hybrid),
+            "auto" => Some(Retrieval::Auto),
             _ => None,
         }
     }
@@ -128,7 +132,20 @@ pub struct Recall<'a> {
     pub mode: Retrieval,
     /// (keyword, vector) weights of the fusion.
     pub weights: (f64, f64),
+    /// `MODE auto`: the query's ranking side.
+    pub ranking: Option<Ranking>,
 }
+
+/// The query side of `MODE auto` (built by `mem::rank`): the vector candidates are ranked by,
+/// and the query's personal lean, which the relevance gate adds to the best raw similarity.
+#[derive(Debug, Clone)]
+pub struct Ranking {
+    pub vector: Vec<f32>,
+    pub lean: f64,
+}
+
+/// How much `MODE auto`'s gate weighs the query's personal lean.
+pub const LEAN_WEIGHT: f64 = 2.0;
 
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
@@ -235,6 +252,11 @@ impl Store {
         if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
             specs.push((Retrieval::Vector, self.keys.knn(r.scope, r.k, r.vector)));
         }
+        if let (Retrieval::Auto, Some(ranking)) = (r.mode, &r.ranking) {
+            let c = r.k.max(self.config().recall_candidates);
+            specs.push((Retrieval::Vector, self.keys.knn_brief(r.scope, c, r.vector)));
+            specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, &ranking.vector)));
+        }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
             if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
                 specs.push((Retrieval::Keyword, s));
@@ -273,6 +295,7 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let mut vector_hits = None;
         let mut keyword_hits = None;
+        let mut ranked_hits = None;
         for ((side, _), result) in specs.iter().zip(results) {
             let parsed = self.parse_search(result, *side, r.scope);
             match (side, parsed) {
@@ -287,12 +310,18 @@ impl Store {
                     tracing::warn!(error = %e, "hybrid recall: vector side failed, answering with the keyword side")
                 }
                 (_, Err(e)) => return Err(e),
+                (Retrieval::Auto, Ok(hits)) => ranked_hits = Some(hits),
                 (_, Ok(hits)) => keyword_hits = Some(hits),
             }
         }
         match r.mode {
             Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
             Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
+            Retrieval::Auto => Ok(self.rank(
+                r,
+                vector_hits.unwrap_or_default(),
+                ranked_hits.unwrap_or_default(),
+            )),
             Retrieval::Hybrid => {
                 let Some(vector_hits) = vector_hits else {
                     return Ok(keyword_hits.unwrap_or_default());
@@ -326,6 +355,52 @@ impl Store {
         }
     }
 
+    /// `MODE auto`: nothing when the query fails the relevance gate (best raw similarity plus
+    /// [`LEAN_WEIGHT`] × the query's personal lean under `recall_gate`); else the raw candidates
+    /// (within THRESHOLD) ordered by similarity to the ranking vector plus a recency gain
+    /// `w · 0.5^(age_days / half_life)` and a use gain `h · log2(1 + hit_count)`. A hit keeps its
+    /// raw `distance` (to the query's own embedding) and carries that total as `score`.
+    fn rank(&self, r: &Recall<'_>, raw: Vec<Hit>, ranked: Vec<Hit>) -> Vec<Hit> {
+        let c = self.config();
+        let Some(ranking) = &r.ranking else {
+            return Vec::new();
+        };
+        let best = raw
+            .iter()
+            .filter_map(|h| h.distance)
+            .fold(f64::INFINITY, f64::min);
+        if !best.is_finite() || 1.0 - best + LEAN_WEIGHT * ranking.lean < c.recall_gate {
+            return Vec::new();
+        }
+        let now = super::now_ts();
+        let mut out: Vec<Hit> = ranked
+            .into_iter()
+            .filter_map(|h| {
+                let raw_hit = raw.iter().find(|x| x.id == h.id)?;
+                let age_days = h
+                    .created_ts
+                    .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));
+                let score = h.distance.map_or(0.0, |d| 1.0 - d)
+                    + c.recall_recency_weight
+                        * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
+                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2();
+                Some(Hit {
+                    distance: raw_hit.distance,
+                    score: Some(score),
+                    retrieval: Retrieval::Auto,
+                    ..h
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        out.truncate(r.k);
+        out
+    }
+
     /// One search() result of the Lua prelude: `{'ok', total, rows}` or `{'err', msg}`.
     pub(crate) fn parse_search(
         &self,
@@ -356,7 +431,7 @@ impl Store {
         let get = |name: &str| field(fields, name).and_then(text);
         let distance = field(fields, "distance").and_then(float);
         let score = match side {
-            Retrieval::Vector => distance.map(|d| 1.0 - d),
+            Retrieval::Vector | Retrieval::Auto => distance.map(|d| 1.0 - d),
             _ => row.get(2).and_then(float),
         };
         Hit {
