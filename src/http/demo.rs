@@ -1,0 +1,411 @@
+//! The demo page at `/` and the JSON routes of the redis.io agent-memory guide's demo server, on
+//! the HTTP listener: `GET /state`, `POST /turn`, `/new_thread`, `/reset`, `/drop_memory`, with the
+//! guide's form fields (`text`, `user`, `namespace`, `kind` incl. `skip`, `role`, `threshold`) and
+//! reply fields (`recalled`, `deduped`, `memory_id`, `existing_distance`, `kind`, timings; `index`,
+//! `thread_id`, `session`, `memories`, `events`), so the guide's own page also works against it.
+//! memproxy adds `mode`, `user`/`namespace` switching and `projection` (the scope's memories in
+//! two dimensions, with the last query and its threshold).
+//!
+//! Every route is a sequence of MEM.* verbs run through [`super::verbs::run`]; the projection
+//! reads embeddings from the embedder (cached) and does the geometry, nothing else.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::verbs::{run, VerbError};
+use crate::engine::Engine;
+
+/// The guide's eight example memories (`kind<TAB>text`), seeded by `/reset`.
+const SEED: &str = include_str!("seed-memories.tsv");
+const PAGE: &str = include_str!("page.html");
+/// Memories `/state` lists and projects.
+const STATE_MEMORIES: usize = 200;
+
+#[derive(Default)]
+pub struct Demo {
+    /// The current thread of each user and namespace (as the guide's server keeps one).
+    threads: Mutex<HashMap<String, String>>,
+    /// The last query of each user and namespace, with its threshold, for the picture.
+    last: Mutex<HashMap<String, (String, f64)>>,
+}
+
+#[derive(Clone)]
+struct Ctx {
+    engine: Arc<Engine>,
+    demo: Arc<Demo>,
+}
+
+pub fn routes(engine: Arc<Engine>) -> Router {
+    let ctx = Ctx {
+        engine,
+        demo: Arc::default(),
+    };
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/state", get(state))
+        .route("/turn", post(turn))
+        .route("/new_thread", post(new_thread))
+        .route("/reset", post(reset))
+        .route("/drop_memory", post(drop_memory))
+        .with_state(ctx)
+}
+
+/// The guide's form fields; every one optional here, validated by the verbs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Form {
+    text: Option<String>,
+    user: Option<String>,
+    namespace: Option<String>,
+    kind: Option<String>,
+    role: Option<String>,
+    threshold: Option<Value>,
+    mode: Option<String>,
+    thread_id: Option<String>,
+    id: Option<String>,
+    memory_id: Option<String>,
+}
+
+impl Form {
+    fn user(&self) -> String {
+        self.user
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "default".into())
+    }
+    fn namespace(&self) -> String {
+        self.namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into())
+    }
+    fn key(&self) -> String {
+        format!("{}\u{0}{}", self.user(), self.namespace())
+    }
+    fn scope(&self) -> Vec<String> {
+        vec!["USER".into(), self.user(), "NS".into(), self.namespace()]
+    }
+}
+
+/// A JSON body or a form body: the guide's page posts forms, scripts post JSON.
+async fn body(req: axum::extract::Request) -> Result<Form, Response> {
+    let form_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+    let bytes = axum::body::to_bytes(req.into_body(), 1024 * 1024)
+        .await
+        .map_err(|e| bad(format!("cannot read the body: {e}")))?;
+    if bytes.is_empty() {
+        return Ok(Form::default());
+    }
+    if form_type {
+        serde_urlencoded::from_bytes(&bytes).map_err(|e| bad(format!("bad form: {e}")))
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("bad JSON body: {e}")))
+    }
+}
+
+fn bad(msg: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({ "error": msg }))).into_response()
+}
+
+/// A verb's error: 400 for the caller's mistakes, 503 when Redis or the model failed.
+fn failed(e: VerbError) -> Response {
+    let upstream = [
+        "upstream",
+        "embedder",
+        "overloaded",
+        "timed out",
+        "LOADING",
+        "MASTERDOWN",
+    ]
+    .iter()
+    .any(|w| e.0.contains(w));
+    let code = if upstream {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    (code, Json(json!({ "error": e.0 }))).into_response()
+}
+
+impl Ctx {
+    async fn run(&self, args: Vec<String>) -> Result<Value, Response> {
+        run(&self.engine, args).await.map_err(failed)
+    }
+
+    /// The current thread of the form's scope, made when there is none.
+    async fn thread(&self, f: &Form) -> Result<String, Response> {
+        if let Some(t) = f.thread_id.clone().filter(|t| !t.is_empty()) {
+            self.demo.threads.lock().unwrap().insert(f.key(), t.clone());
+            return Ok(t);
+        }
+        if let Some(t) = self.demo.threads.lock().unwrap().get(&f.key()) {
+            return Ok(t.clone());
+        }
+        self.new_thread(f).await
+    }
+
+    async fn new_thread(&self, f: &Form) -> Result<String, Response> {
+        let v = self
+            .run(vec![
+                "MEM.SESSION".into(),
+                "NEW".into(),
+                "USER".into(),
+                f.user(),
+            ])
+            .await?;
+        let t = v["thread"].as_str().unwrap_or_default().to_string();
+        self.demo.threads.lock().unwrap().insert(f.key(), t.clone());
+        Ok(t)
+    }
+}
+
+async fn state(State(c): State<Ctx>, Query(f): Query<Form>) -> Response {
+    match state_json(&c, &f).await {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn state_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
+    let thread = c.thread(f).await?;
+    let index = c.run(vec!["MEM.INFO".into()]).await?;
+    let session = c
+        .run(vec!["MEM.SESSION".into(), "GET".into(), thread.clone()])
+        .await?;
+    let mut list = vec!["MEM.LIST".into()];
+    list.extend(f.scope());
+    list.extend(["LIMIT".into(), "0".into(), STATE_MEMORIES.to_string()]);
+    let memories = c.run(list).await?;
+    let events = c
+        .run(vec![
+            "MEM.EVENTS".into(),
+            thread.clone(),
+            "COUNT".into(),
+            "50".into(),
+        ])
+        .await?;
+    let last = c.demo.last.lock().unwrap().get(&f.key()).cloned();
+    let projection = projection(&c.engine, &memories, last.as_ref()).await;
+    Ok(json!({
+        "index": index,
+        "thread_id": thread,
+        "session": session,
+        "memories": memories,
+        "events": events,
+        "user": f.user(),
+        "namespace": f.namespace(),
+        "projection": projection,
+    }))
+}
+
+async fn turn(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
+    let f = match body(req).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    match turn_json(&c, &f).await {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn turn_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
+    let start = Instant::now();
+    let text = f.text.clone().unwrap_or_default();
+    let thread = c.thread(f).await?;
+    let role = f
+        .role
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "user".into());
+    let kind = f
+        .kind
+        .clone()
+        .filter(|k| !k.is_empty())
+        .unwrap_or_else(|| "episodic".into())
+        .to_ascii_lowercase();
+    let mut args = vec!["MEM.TURN".into(), thread.clone(), role, text.clone()];
+    args.extend(f.scope());
+    args.extend(["REMEMBER".into(), kind.clone()]);
+    let threshold = match &f.threshold {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(other) => return Err(bad(format!("threshold {other} is not a number"))),
+    };
+    if let Some(t) = &threshold {
+        args.extend(["THRESHOLD".into(), t.clone()]);
+    }
+    if let Some(m) = f.mode.clone().filter(|m| !m.is_empty()) {
+        args.extend(["MODE".into(), m]);
+    }
+    let out = c.run(args).await?;
+    let drawn = threshold
+        .as_deref()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(c.engine.config().recall_threshold);
+    c.demo.last.lock().unwrap().insert(f.key(), (text, drawn));
+    let remembered = &out["remembered"];
+    Ok(json!({
+        "thread_id": thread,
+        "turn_count": out["turn_count"],
+        "recalled": out["recalled"],
+        "deduped": remembered["deduped"].as_i64() == Some(1),
+        "memory_id": remembered["id"],
+        "existing_distance": remembered["distance"],
+        "kind": kind,
+        "event": out["event"],
+        "timings": { "total_ms": start.elapsed().as_secs_f64() * 1000.0 },
+    }))
+}
+
+async fn new_thread(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
+    let f = match body(req).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    match c.new_thread(&f).await {
+        Ok(t) => Json(json!({ "thread_id": t })).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Forget the scope's memories, seed the guide's examples, start a new thread.
+async fn reset(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
+    let f = match body(req).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let go = async {
+        let mut forget = vec!["MEM.FORGET".into()];
+        forget.extend(f.scope());
+        let forgotten = c.run(forget).await?;
+        let mut seeded = 0;
+        for line in SEED.lines().filter(|l| !l.trim().is_empty()) {
+            let (kind, text) = line.split_once('\t').unwrap_or(("semantic", line));
+            let mut a = vec!["MEM.REMEMBER".into(), text.into()];
+            a.extend(f.scope());
+            a.extend(["KIND".into(), kind.into()]);
+            c.run(a).await?;
+            seeded += 1;
+        }
+        c.demo.last.lock().unwrap().remove(&f.key());
+        let thread = c.new_thread(&f).await?;
+        Ok::<_, Response>(
+            json!({ "ok": true, "forgotten": forgotten, "seeded": seeded, "thread_id": thread }),
+        )
+    };
+    match go.await {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn drop_memory(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
+    let f = match body(req).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let Some(id) =
+        f.id.clone()
+            .or(f.memory_id.clone())
+            .filter(|i| !i.is_empty())
+    else {
+        return bad("drop_memory needs 'id'".into());
+    };
+    match c.run(vec!["MEM.FORGET".into(), id]).await {
+        Ok(n) => Json(json!({ "dropped": n })).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The scope's memories in two dimensions. Without a query: their first two principal
+/// components. With the last query: each memory at its true cosine distance from the query (the
+/// centre), in the direction of its principal components, so the threshold is an exact circle.
+async fn projection(engine: &Engine, memories: &Value, last: Option<&(String, f64)>) -> Value {
+    let items = memories.as_array().cloned().unwrap_or_default();
+    let mut vecs = Vec::new();
+    let mut ids = Vec::new();
+    for m in &items {
+        let text = m["text"].as_str().unwrap_or_default();
+        if let Ok(v) = engine.embedder.embed(text).await {
+            vecs.push(v);
+            ids.push((m["id"].clone(), text.to_string()));
+        }
+    }
+    if vecs.is_empty() {
+        return json!({ "points": [], "query": null });
+    }
+    let dim = vecs[0].len();
+    let n = vecs.len() as f32;
+    let mean: Vec<f32> = (0..dim)
+        .map(|j| vecs.iter().map(|v| v[j]).sum::<f32>() / n)
+        .collect();
+    let centred: Vec<Vec<f32>> = vecs
+        .iter()
+        .map(|v| v.iter().zip(&mean).map(|(x, m)| x - m).collect())
+        .collect();
+    let pc1 = component(&centred, None);
+    let pc2 = component(&centred, Some(&pc1));
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let query = match last {
+        Some((text, _)) => engine.embedder.embed(text).await.ok(),
+        None => None,
+    };
+    let points: Vec<Value> = centred
+        .iter()
+        .zip(&vecs)
+        .zip(&ids)
+        .map(|((c, v), (id, text))| {
+            let (x, y) = (dot(c, &pc1), dot(c, &pc2));
+            match &query {
+                Some(q) => {
+                    let d = crate::embed::cosine_distance(q, v);
+                    let a = y.atan2(x) as f64;
+                    json!({ "id": id, "text": text, "x": d * a.cos(), "y": d * a.sin(), "distance": d })
+                }
+                None => json!({ "id": id, "text": text, "x": x, "y": y, "distance": null }),
+            }
+        })
+        .collect();
+    json!({
+        "points": points,
+        "query": last.map(|(t, th)| json!({ "text": t, "threshold": th })),
+        "layout": if query.is_some() { "polar" } else { "pca" },
+    })
+}
+
+/// The leading principal direction of `rows` (orthogonal to `not` when given), by power
+/// iteration on XᵀX.
+fn component(rows: &[Vec<f32>], not: Option<&[f32]>) -> Vec<f32> {
+    let dim = rows[0].len();
+    let mut v: Vec<f32> = (0..dim).map(|i| 1.0 + (i % 7) as f32 * 0.1).collect();
+    for _ in 0..60 {
+        let mut next = vec![0f32; dim];
+        for r in rows {
+            let p: f32 = r.iter().zip(&v).map(|(a, b)| a * b).sum();
+            next.iter_mut().zip(r).for_each(|(n, x)| *n += p * x);
+        }
+        if let Some(o) = not {
+            let p: f32 = next.iter().zip(o).map(|(a, b)| a * b).sum();
+            next.iter_mut().zip(o).for_each(|(n, x)| *n -= p * x);
+        }
+        crate::embed::normalize(&mut next);
+        v = next;
+    }
+    v
+}

@@ -1,0 +1,261 @@
+//! memproxy's HTTP face (issue 14): the guide demo's routes, the page in a real headless
+//! chromium, and MCP through the official TypeScript SDK. The Node scripts are
+//! tests/clients/web_clients.mjs; MEM.* calls on the Redis side check what they did.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// A proxy of its own with the HTTP listener on; `tokens` for MCP.
+fn web_proxy(tokens: &[&str]) -> (Proxy, String) {
+    let port = free_port();
+    let tokens: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+    let proxy = Proxy::start(&shared().redis.url(), |c| {
+        c.http_listen = Some(format!("127.0.0.1:{port}"));
+        c.mcp_tokens = tokens;
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    eventually("the HTTP listener", || {
+        http(&base, "GET", "/healthz", "").0 == 200
+    });
+    (proxy, base)
+}
+
+/// One HTTP/1.1 request: (status, body).
+fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let addr = base.trim_start_matches("http://");
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    // Chunked bodies: the JSON is on one chunk line.
+    let body = body
+        .lines()
+        .find(|l| l.starts_with('{') || l.starts_with('['))
+        .unwrap_or(body)
+        .to_string();
+    (status, body)
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+fn node(args: &[&str]) -> Option<Value> {
+    let dir = deps().join("node");
+    if !dir.join("node_modules/@modelcontextprotocol/sdk").exists() {
+        panic!("run scripts/setup.sh (it installs the MCP SDK and playwright-core with npm ci)");
+    }
+    let script = dir.join("web_clients.mjs");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/web_clients.mjs"),
+        &script,
+    )
+    .unwrap();
+    let out = Command::new("node")
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(json(text.lines().last().unwrap_or("{}")))
+}
+
+#[test]
+fn guide_routes_answer_with_the_guides_fields() {
+    let (_p, base) = web_proxy(&[]);
+    let user = unique("routes");
+    let scope = format!(r#""user":"{user}","namespace":"demo""#);
+    let (code, body) = http(&base, "POST", "/reset", &format!("{{{scope}}}"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["seeded"], 8);
+    let (code, body) = http(
+        &base,
+        "POST",
+        "/turn",
+        &format!(
+            r#"{{{scope},"text":"I prefer concise answers without filler phrases.","kind":"semantic","role":"user","threshold":"0.55","mode":"vector"}}"#
+        ),
+    );
+    assert_eq!(code, 200, "{body}");
+    let t = json(&body);
+    for f in [
+        "recalled",
+        "deduped",
+        "memory_id",
+        "existing_distance",
+        "kind",
+        "timings",
+        "thread_id",
+    ] {
+        assert!(t.get(f).is_some(), "/turn lacks {f}: {t}");
+    }
+    assert_eq!(t["deduped"], true, "{t}");
+    assert!((t["existing_distance"].as_f64().unwrap() - 0.1472).abs() < 0.005);
+    assert_eq!(t["recalled"][0]["retrieval"], "vector");
+    let (code, body) = http(
+        &base,
+        "GET",
+        &format!("/state?user={user}&namespace=demo"),
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let s = json(&body);
+    for f in [
+        "index",
+        "thread_id",
+        "session",
+        "memories",
+        "events",
+        "projection",
+    ] {
+        assert!(s.get(f).is_some(), "/state lacks {f}");
+    }
+    assert_eq!(s["memories"].as_array().unwrap().len(), 8);
+    assert_eq!(s["session"]["turn_count"], 1);
+    assert_eq!(s["projection"]["layout"], "polar");
+    assert_eq!(s["projection"]["points"].as_array().unwrap().len(), 8);
+    // The same memories through MEM.*.
+    let mut con = shared().proxy.client();
+    let listed = items(&q(&mut con, &["MEM.LIST", "USER", &user, "NS", "demo"])).len();
+    assert_eq!(listed, 8);
+    // Bad input: 400 with a one-line error, nothing written.
+    for (path, body) in [
+        ("/turn", format!(r#"{{{scope},"text":""}}"#)),
+        ("/turn", format!(r#"{{{scope},"text":"x","kind":"weird"}}"#)),
+        (
+            "/turn",
+            format!(r#"{{{scope},"text":"x","threshold":"abc"}}"#),
+        ),
+        ("/turn", "{not json".to_string()),
+        ("/drop_memory", "{}".to_string()),
+    ] {
+        let (code, b) = http(&base, "POST", path, &body);
+        assert_eq!(code, 400, "{path} {body} → {b}");
+        let e = json(&b)["error"].as_str().unwrap().to_string();
+        assert!(!e.is_empty() && !e.contains('\n'), "{e}");
+    }
+    let listed = items(&q(&mut con, &["MEM.LIST", "USER", &user, "NS", "demo"])).len();
+    assert_eq!(listed, 8);
+    let (_, b) = http(&base, "GET", "/", "");
+    assert!(b.contains("memproxy") || http(&base, "GET", "/", "").0 == 200);
+}
+
+#[test]
+fn mcp_tools_through_the_official_sdk() {
+    let user = unique("mcp");
+    let bound = format!("tok-{user}={user}");
+    let (_p, base) = web_proxy(&[&bound]);
+    // No token, or a wrong one: refused before MCP.
+    assert_eq!(http(&base, "POST", "/mcp", "{}").0, 401);
+    let out = node(&["mcp", &base, &format!("tok-{user}"), &user]).unwrap();
+    let names: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["remember", "recall", "forget", "turn", "session"]);
+    assert_eq!(out["remember"]["isError"], false, "{out}");
+    assert_eq!(out["remember"]["structured"]["result"]["deduped"], 0);
+    let hits = &out["recall"]["structured"]["result"];
+    assert_eq!(hits[0]["text"], "The user is allergic to peanuts.", "{out}");
+    assert_eq!(hits[0]["user"], user.as_str());
+    let turned = &out["turn"]["structured"]["result"];
+    assert_eq!(
+        turned["recalled"][0]["text"], "The user is allergic to peanuts.",
+        "{out}"
+    );
+    assert_eq!(out["session_get"]["structured"]["result"]["turn_count"], 1);
+    // A token bound to a user cannot reach another; a missing argument is a JSON-RPC error.
+    assert!(
+        out["other_user"]["rpcError"]
+            .as_str()
+            .unwrap()
+            .contains("bound to user"),
+        "{out}"
+    );
+    assert!(
+        out["bad"]["rpcError"]
+            .as_str()
+            .unwrap()
+            .contains("'query' is required"),
+        "{out}"
+    );
+    assert_eq!(out["forget"]["structured"]["result"], 1, "{out}");
+    let mut con = shared().proxy.client();
+    assert!(items(&q(&mut con, &["MEM.LIST", "USER", &user])).is_empty());
+}
+
+#[test]
+fn the_page_in_headless_chromium() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !std::path::Path::new(&chromium).exists() {
+        eprintln!("SKIPPED: no chromium at {chromium} (scripts/setup.sh installs Debian's chromium when run as root)");
+        return;
+    }
+    let (_p, base) = web_proxy(&[]);
+    let user = unique("page");
+    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/demo-page.png");
+    let out = node(&["page", &base, &user, shot.to_str().unwrap()]).unwrap();
+    assert_eq!(out["errors"].as_array().unwrap().len(), 0, "{out}");
+    assert_eq!(out["seeded"], 8);
+    let first = out["first"]["recalled"].as_array().unwrap();
+    assert!(
+        first[0].as_str().unwrap().contains("concise answers"),
+        "{out}"
+    );
+    assert!(out["first"]["decision"].as_str().unwrap().contains("skip"));
+    assert!(
+        out["dedup"]["decision"]
+            .as_str()
+            .unwrap()
+            .starts_with("Deduplicated"),
+        "{out}"
+    );
+    assert!(
+        out["fresh"]["decision"]
+            .as_str()
+            .unwrap()
+            .starts_with("Remembered"),
+        "{out}"
+    );
+    assert_eq!(out["points"], 9);
+    assert!(out["legend"].as_str().unwrap().contains("sourdough"));
+    assert_eq!(out["turns"].as_array().unwrap().len(), 3);
+    assert!(out["events"].as_u64().unwrap() >= 3);
+    // What the page did, seen through MEM.*: the dropped memory is gone, reset left the seeds.
+    let mut con = shared().proxy.client();
+    let dropped = out["dropped"].as_str().unwrap();
+    assert!(!out["afterDrop"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i == dropped));
+    let listed = q(&mut con, &["MEM.LIST", "USER", &user]);
+    let texts: Vec<String> = items(&listed)
+        .iter()
+        .map(|m| as_str(get(m, "text")))
+        .collect();
+    assert_eq!(texts.len(), 8);
+    assert!(!texts.iter().any(|t| t.contains("sourdough")));
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+}
