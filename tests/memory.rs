@@ -734,7 +734,7 @@ fn default_recall_finds_indirect_questions_and_nothing_else() {
         &["USER", &user],
     );
 
-    let question = "Is there anything I should keep out of recipes for them?";
+    let question = "Is there anything I should avoid when suggesting snacks?";
     let hits = recall(&mut con, question, &["USER", &user]);
     assert_eq!(id(&hits[0]), peanuts, "{:?}", texts(&hits));
     assert_eq!(as_str(get(&hits[0], "retrieval")), "auto");
