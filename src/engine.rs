@@ -25,6 +25,9 @@ pub struct ClientState {
     /// A MEM.* on this connection already got past Redis's authentication since the last
     /// AUTH/HELLO/RESET.
     pub trusted: bool,
+    /// A user this client is bound to whatever `bind_scope_to_acl_user` says (an MCP token
+    /// written `token=user`).
+    pub scope_user: Option<String>,
 }
 
 pub struct Engine {
@@ -80,13 +83,19 @@ impl Engine {
         &self.upstream
     }
 
-    /// The ACL user whose threads this connection may touch: '' when scopes are not bound.
+    /// The user this client's scopes are bound to: its token's user, or with
+    /// `bind_scope_to_acl_user` its ACL user; `None` when unbound.
+    pub fn bound_user(&self, client: &ClientState) -> Option<String> {
+        client.scope_user.clone().or_else(|| {
+            self.cfg
+                .bind_scope_to_acl_user
+                .then(|| client.user.clone().unwrap_or_else(|| "default".into()))
+        })
+    }
+
+    /// The user whose threads this connection may touch: '' when scopes are not bound.
     pub fn owner(&self, client: &ClientState) -> String {
-        if self.cfg.bind_scope_to_acl_user {
-            client.user.clone().unwrap_or_else(|| "default".into())
-        } else {
-            String::new()
-        }
+        self.bound_user(client).unwrap_or_default()
     }
 
     /// A MEM.* request was queued behind others on its connection: start embedding its text now,
@@ -108,6 +117,19 @@ impl Engine {
         client: &ClientState,
         link: &mut Link,
     ) -> Reply {
+        self.run(args, client, link)
+            .await
+            .unwrap_or_else(|e| Reply::Error(e.line()))
+    }
+
+    /// [`Engine::execute`] with the error kept whole (its fault side), for transports that
+    /// answer errors in their own way (HTTP status codes).
+    pub async fn run(
+        &self,
+        args: Vec<Vec<u8>>,
+        client: &ClientState,
+        link: &mut Link,
+    ) -> Result<Reply, MemError> {
         let verb = verb_label(args.first().map(Vec::as_slice).unwrap_or_default());
         let start = std::time::Instant::now();
         let outcome = self.try_execute(args, client, link).await;
@@ -128,21 +150,18 @@ impl Engine {
             .requests
             .with_label_values(&[verb, label])
             .inc();
-        match outcome {
-            Ok(r) => r,
-            Err(e) => {
-                match e.fault() {
-                    crate::error::Fault::Internal => {
-                        tracing::error!(error = %e, "MEM command failed")
-                    }
-                    crate::error::Fault::Upstream | crate::error::Fault::Embedder => {
-                        tracing::debug!(error = %e, "MEM command failed")
-                    }
-                    crate::error::Fault::Client => {}
+        if let Err(e) = &outcome {
+            match e.fault() {
+                crate::error::Fault::Internal => {
+                    tracing::error!(error = %e, "MEM command failed")
                 }
-                Reply::Error(e.line())
+                crate::error::Fault::Upstream | crate::error::Fault::Embedder => {
+                    tracing::debug!(error = %e, "MEM command failed")
+                }
+                crate::error::Fault::Client => {}
             }
         }
+        outcome
     }
 
     async fn try_execute(
@@ -165,14 +184,13 @@ impl Engine {
                 client.db
             )));
         }
-        if self.cfg.bind_scope_to_acl_user {
+        if let Some(bound) = self.bound_user(client) {
             if let Some(scope_user) = cmd.scope_user() {
-                let acl_user = client.user.as_deref().unwrap_or("default");
-                if scope_user != acl_user {
+                if scope_user != bound {
                     // Redis's order: an unauthenticated connection hears NOAUTH first.
                     self.store.precheck(link, &[]).await?;
                     return Err(MemError::Denied(format!(
-                        "NOPERM this connection is authenticated as '{acl_user}' and may only use USER {acl_user}"
+                        "NOPERM this connection is bound to user '{bound}' and may only use USER {bound}"
                     )));
                 }
             }

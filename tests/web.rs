@@ -166,7 +166,29 @@ fn mcp_tools_through_the_official_sdk() {
     let (_p, base) = web_proxy(&[&bound]);
     // No token, or a wrong one: refused before MCP.
     assert_eq!(http(&base, "POST", "/mcp", "{}").0, 401);
-    let out = node(&["mcp", &base, &format!("tok-{user}"), &user]).unwrap();
+    // Another tenant's memory and thread, which the bound token must not reach.
+    let mut con = shared().proxy.client();
+    let other = unique("mcp-other");
+    let other_mem = as_str(get(
+        &q(
+            &mut con,
+            &["MEM.REMEMBER", "The other user's secret.", "USER", &other],
+        ),
+        "id",
+    ));
+    let other_thread = as_str(get(
+        &q(&mut con, &["MEM.SESSION", "NEW", "USER", &other]),
+        "thread",
+    ));
+    let out = node(&[
+        "mcp",
+        &base,
+        &format!("tok-{user}"),
+        &user,
+        &other_mem,
+        &other_thread,
+    ])
+    .unwrap();
     let names: Vec<&str> = out["tools"]
         .as_array()
         .unwrap()
@@ -201,8 +223,19 @@ fn mcp_tools_through_the_official_sdk() {
         "{out}"
     );
     assert_eq!(out["forget"]["structured"]["result"], 1, "{out}");
-    let mut con = shared().proxy.client();
     assert!(items(&q(&mut con, &["MEM.LIST", "USER", &user])).is_empty());
+    // The other tenant's memory is still there, its thread unread and untouched.
+    assert_eq!(out["forget_other"]["structured"]["result"], 0, "{out}");
+    assert_eq!(items(&q(&mut con, &["MEM.LIST", "USER", &other])).len(), 1);
+    for k in ["session_other", "turn_other"] {
+        assert_eq!(out[k]["isError"], true, "{k}: {out}");
+        assert!(
+            out[k]["text"].as_str().unwrap().contains("NOPERM"),
+            "{k}: {out}"
+        );
+    }
+    let session = q(&mut con, &["MEM.SESSION", "GET", &other_thread]);
+    assert_eq!(as_i64(get(&session, "turn_count")), 0);
 }
 
 #[test]

@@ -6,8 +6,9 @@
 //! memproxy adds `mode`, `user`/`namespace` switching and `projection` (the scope's memories in
 //! two dimensions, with the last query and its threshold).
 //!
-//! Every route is a sequence of MEM.* verbs run through [`super::verbs::run`]; the projection
-//! reads embeddings from the embedder (cached) and does the geometry, nothing else.
+//! Every route is a sequence of MEM.* verbs run through [`Verbs`] (one upstream connection per
+//! request); the projection reads embeddings from the embedder (cached) and does the geometry,
+//! nothing else.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,8 +22,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::verbs::{run, VerbError};
+use super::verbs::{VerbError, Verbs};
 use crate::engine::Engine;
+use crate::error::Fault;
 
 /// The guide's eight example memories (`kind<TAB>text`), seeded by `/reset`.
 const SEED: &str = include_str!("seed-memories.tsv");
@@ -120,33 +122,38 @@ fn bad(msg: String) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({ "error": msg }))).into_response()
 }
 
-/// A verb's error: 400 for the caller's mistakes, 503 when Redis or the model failed.
+/// A verb's error by fault: 400 for the caller's, 503 for Redis's or the model's, 500 for ours.
 fn failed(e: VerbError) -> Response {
-    let upstream = [
-        "upstream",
-        "embedder",
-        "overloaded",
-        "timed out",
-        "LOADING",
-        "MASTERDOWN",
-    ]
-    .iter()
-    .any(|w| e.0.contains(w));
-    let code = if upstream {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::BAD_REQUEST
+    let code = match e.fault {
+        Fault::Client => StatusCode::BAD_REQUEST,
+        Fault::Upstream | Fault::Embedder => StatusCode::SERVICE_UNAVAILABLE,
+        Fault::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    (code, Json(json!({ "error": e.0 }))).into_response()
+    (code, Json(json!({ "error": e.line }))).into_response()
+}
+
+/// One request's verbs, on one upstream connection.
+struct Call<'e> {
+    verbs: Verbs<'e>,
+    demo: &'e Demo,
 }
 
 impl Ctx {
-    async fn run(&self, args: Vec<String>) -> Result<Value, Response> {
-        run(&self.engine, args).await.map_err(failed)
+    async fn open(&self) -> Result<Call<'_>, Response> {
+        Ok(Call {
+            verbs: Verbs::open(&self.engine, None).await.map_err(failed)?,
+            demo: &self.demo,
+        })
+    }
+}
+
+impl Call<'_> {
+    async fn run(&mut self, args: Vec<String>) -> Result<Value, Response> {
+        self.verbs.run(args).await.map_err(failed)
     }
 
     /// The current thread of the form's scope, made when there is none.
-    async fn thread(&self, f: &Form) -> Result<String, Response> {
+    async fn thread(&mut self, f: &Form) -> Result<String, Response> {
         if let Some(t) = f.thread_id.clone().filter(|t| !t.is_empty()) {
             self.demo.threads.lock().unwrap().insert(f.key(), t.clone());
             return Ok(t);
@@ -157,7 +164,7 @@ impl Ctx {
         self.new_thread(f).await
     }
 
-    async fn new_thread(&self, f: &Form) -> Result<String, Response> {
+    async fn new_thread(&mut self, f: &Form) -> Result<String, Response> {
         let v = self
             .run(vec![
                 "MEM.SESSION".into(),
@@ -179,7 +186,8 @@ async fn state(State(c): State<Ctx>, Query(f): Query<Form>) -> Response {
     }
 }
 
-async fn state_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
+async fn state_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
+    let mut c = ctx.open().await?;
     let thread = c.thread(f).await?;
     let index = c.run(vec!["MEM.INFO".into()]).await?;
     let session = c
@@ -198,7 +206,7 @@ async fn state_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
         ])
         .await?;
     let last = c.demo.last.lock().unwrap().get(&f.key()).cloned();
-    let projection = projection(&c.engine, &memories, last.as_ref()).await;
+    let projection = projection(&ctx.engine, &memories, last.as_ref()).await;
     Ok(json!({
         "index": index,
         "thread_id": thread,
@@ -222,8 +230,9 @@ async fn turn(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
     }
 }
 
-async fn turn_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
+async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     let start = Instant::now();
+    let mut c = ctx.open().await?;
     let text = f.text.clone().unwrap_or_default();
     let thread = c.thread(f).await?;
     let role = f
@@ -257,7 +266,7 @@ async fn turn_json(c: &Ctx, f: &Form) -> Result<Value, Response> {
     let drawn = threshold
         .as_deref()
         .and_then(|t| t.parse().ok())
-        .unwrap_or(c.engine.config().recall_threshold);
+        .unwrap_or(ctx.engine.config().recall_threshold);
     c.demo.last.lock().unwrap().insert(f.key(), (text, drawn));
     let remembered = &out["remembered"];
     Ok(json!({
@@ -278,7 +287,11 @@ async fn new_thread(State(c): State<Ctx>, req: axum::extract::Request) -> Respon
         Ok(f) => f,
         Err(r) => return r,
     };
-    match c.new_thread(&f).await {
+    let go = async {
+        let mut c = c.open().await?;
+        c.new_thread(&f).await
+    };
+    match go.await {
         Ok(t) => Json(json!({ "thread_id": t })).into_response(),
         Err(r) => r,
     }
@@ -291,6 +304,7 @@ async fn reset(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
         Err(r) => return r,
     };
     let go = async {
+        let mut c = c.open().await?;
         let mut forget = vec!["MEM.FORGET".into()];
         forget.extend(f.scope());
         let forgotten = c.run(forget).await?;
@@ -327,7 +341,11 @@ async fn drop_memory(State(c): State<Ctx>, req: axum::extract::Request) -> Respo
     else {
         return bad("drop_memory needs 'id'".into());
     };
-    match c.run(vec!["MEM.FORGET".into(), id]).await {
+    let go = async {
+        let mut c = c.open().await?;
+        c.run(vec!["MEM.FORGET".into(), id]).await
+    };
+    match go.await {
         Ok(n) => Json(json!({ "dropped": n })).into_response(),
         Err(r) => r,
     }

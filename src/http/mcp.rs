@@ -1,12 +1,12 @@
 //! MCP (Model Context Protocol) at `/mcp`, streamable HTTP transport (the official Rust SDK,
 //! `rmcp`): tools `remember`, `recall`, `forget`, `turn` and `session`. Each call becomes the
-//! matching MEM.* argument list and runs through [`super::verbs::run`], so its limits, errors and
-//! results are the verbs' own.
+//! matching MEM.* argument list and runs through [`super::verbs::Verbs`], so its limits, errors
+//! and results are the verbs' own.
 //!
 //! Who may call: when `mcp_tokens` is set, a request needs `Authorization: Bearer <token>`
-//! (checked by [`super::bearer`] before the SDK sees it). A token written `token=user` is bound
-//! to that user: its calls act as that user, and naming another user is refused, as
-//! `bind_scope_to_acl_user` does on the Redis side.
+//! (checked by `bearer` in the parent module before the SDK sees it). A token written
+//! `token=user` is bound to that user as `bind_scope_to_acl_user` binds a Redis connection: its
+//! calls act as that user, and another user's scope, memory or thread is refused.
 
 use std::sync::Arc;
 
@@ -200,16 +200,8 @@ fn to_args(name: &str, call: &Call<'_>, principal: &Principal) -> Result<Vec<Str
             call.opt(&mut a, "mode", "MODE")?;
         }
         "forget" => match call.str("id")? {
-            Some(id) => {
-                if principal.0.is_some() {
-                    // A bound token may drop only its own user's memories: by scope.
-                    return Err(ErrorData::invalid_params(
-                        "a token bound to a user forgets by scope (user, namespace, kind), not by id",
-                        None,
-                    ));
-                }
-                a.extend(["MEM.FORGET".into(), id]);
-            }
+            // The verb itself refuses another user's memory to a bound token.
+            Some(id) => a.extend(["MEM.FORGET".into(), id]),
             None => {
                 let Some(u) = &user else {
                     return Err(ErrorData::invalid_params(
@@ -298,15 +290,19 @@ impl ServerHandler for MemTools {
             args: request.arguments.as_ref().unwrap_or(&empty),
         };
         let args = to_args(&request.name, &call, &principal)?;
-        // A session the token's user does not own is refused by the verb itself when scopes are
-        // bound; here a bound token may only read sessions it can name (thread ids are random).
-        let result = match super::verbs::run(&self.engine, args).await {
+        // Bound to the token's user as a Redis connection is by `bind_scope_to_acl_user`: the
+        // verbs refuse its sessions, threads and memories to any other user.
+        let outcome = match super::verbs::Verbs::open(&self.engine, principal.0).await {
+            Ok(mut verbs) => verbs.run(args).await,
+            Err(e) => Err(e),
+        };
+        let result = match outcome {
             Ok(v) => {
                 let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
                 r.structured_content = Some(json!({ "result": v }));
                 r
             }
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.0)]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.line)]),
         };
         Ok(result.into())
     }

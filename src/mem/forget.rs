@@ -43,11 +43,8 @@ impl Forget {
     ) -> MemResult<Reply> {
         let n = match self {
             Forget::Id(id) => {
-                // Bound to an ACL user, a connection may only delete that user's memories.
-                let owner = engine
-                    .config()
-                    .bind_scope_to_acl_user
-                    .then(|| client.user.clone().unwrap_or_else(|| "default".into()));
+                // Bound to a user, a connection may only delete that user's memories.
+                let owner = engine.bound_user(client);
                 engine.store.forget_id(link, &id, owner.as_deref()).await?
             }
             Forget::Scope(scope) => engine.store.forget_scope(link, &scope).await?,

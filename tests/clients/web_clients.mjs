@@ -1,15 +1,16 @@
 // Drives memproxy's HTTP face the way its users do (issue 14), for tests/web.rs:
-//   node web_clients.mjs mcp  <base-url> <token> <user>  — the official MCP TypeScript SDK over
-//       streamable HTTP: initialize, list tools, call each tool; prints one JSON line of results.
+//   node web_clients.mjs mcp  <base-url> <token> <user> <other-memory-id> <other-thread>  — the
+//       official MCP TypeScript SDK over streamable HTTP: initialize, list tools, call each tool,
+//       then reach for another user's memory and thread; prints one JSON line of results.
 //   node web_clients.mjs page <base-url> <user> <screenshot.png>  — Debian's chromium, driven by
 //       playwright-core: load the page, send turns, read recall and dedup, drop a memory, reset;
 //       prints one JSON line of what the page showed.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
-const [mode, base, a, b] = process.argv.slice(2);
+const [mode, base, a, b, c, d] = process.argv.slice(2);
 
-async function mcp(base, token, user) {
+async function mcp(base, token, user, otherMemory, otherThread) {
   const headers = token ? { Authorization: `Bearer ${token}` } : {};
   const transport = new StreamableHTTPClientTransport(new URL(base + "/mcp"), { requestInit: { headers } });
   const client = new Client({ name: "memproxy-test", version: "1.0.0" });
@@ -29,6 +30,10 @@ async function mcp(base, token, user) {
   out.session_get = await call("session", { action: "get", thread });
   out.other_user = await call("recall", { query: "allergies", user: user + "-other" }).catch((e) => ({ rpcError: String(e.message || e) }));
   out.bad = await call("recall", { user }).catch((e) => ({ rpcError: String(e.message || e) }));
+  // Another user's memory and thread, by id: the token is bound to `user`.
+  out.forget_other = await call("forget", { id: otherMemory });
+  out.session_other = await call("session", { action: "get", thread: otherThread });
+  out.turn_other = await call("turn", { thread: otherThread, role: "user", content: "hi", remember: "skip" });
   out.forget = await call("forget", { user });
   await client.close();
   return out;
@@ -80,7 +85,7 @@ async function page(base, user, shot) {
 }
 
 try {
-  const out = mode === "mcp" ? await mcp(base, a, b) : await page(base, a, b);
+  const out = mode === "mcp" ? await mcp(base, a, b, c, d) : await page(base, a, b);
   console.log(JSON.stringify(out));
 } catch (e) {
   console.error(e && e.stack || String(e));
