@@ -115,6 +115,10 @@ fn main() {
             vec!["NORECENCY"],
         ),
         (
+            "vector, no cut-off (the raw embedding's ranking alone)",
+            vec!["MODE", "vector", "THRESHOLD", "2"],
+        ),
+        (
             "vector, threshold 0.55 (the guide's)",
             vec!["MODE", "vector", "THRESHOLD", "0.55"],
         ),
