@@ -292,3 +292,26 @@ fn the_page_in_headless_chromium() {
     assert!(!texts.iter().any(|t| t.contains("sourdough")));
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
 }
+
+#[test]
+fn the_page_and_mcp_can_be_turned_off() {
+    let port = free_port();
+    let _p = Proxy::start(&shared().redis.url(), |c| {
+        c.http_listen = Some(format!("127.0.0.1:{port}"));
+        c.http_demo = false;
+        c.mcp = false;
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    eventually("the HTTP listener", || {
+        http(&base, "GET", "/healthz", "").0 == 200
+    });
+    assert_eq!(http(&base, "GET", "/metrics", "").0, 200);
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/state"),
+        ("POST", "/turn"),
+        ("POST", "/mcp"),
+    ] {
+        assert_eq!(http(&base, method, path, "{}").0, 404, "{method} {path}");
+    }
+}
