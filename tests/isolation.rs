@@ -77,6 +77,8 @@ fn read_only_user_reads_but_cannot_write_or_delete() {
     let mut r = as_user("reader");
     let hits = items(&q(&mut r, &["MEM.RECALL", "hobbies stamps", "USER", &user])).len();
     assert_eq!(hits, 1, "reading is allowed");
+    let dry = q(&mut r, &["MEM.CONSOLIDATE", "USER", &user, "DRYRUN"]);
+    assert!(items(&dry).is_empty(), "a dry run only reads");
     let thread = user.clone();
     for attempt in [
         vec!["MEM.REMEMBER", "The user hates stamps.", "USER", &user],
@@ -91,6 +93,7 @@ fn read_only_user_reads_but_cannot_write_or_delete() {
         vec!["MEM.FORGET", &id],
         vec!["MEM.FORGET", "USER", &user],
         vec!["MEM.SESSION", "START", &thread, "USER", &user],
+        vec!["MEM.CONSOLIDATE", "USER", &user],
     ] {
         let e = err(&mut r, &attempt);
         assert!(e.starts_with("NOPERM"), "{attempt:?}: {e}");

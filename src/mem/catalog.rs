@@ -258,6 +258,23 @@ pub const VERBS: &[Verb] = &[
         )],
     },
     Verb {
+        name: "mem.consolidate",
+        arity: -1,
+        flags: &["write"],
+        summary: "Merges near-duplicate memories of one exact scope into their oldest member (hit counts summed, longest TTL kept).",
+        complexity: "O(N) KNN searches for N memories, a few per script call; one script per group merged.",
+        args: &[
+            SCOPE_USER,
+            SCOPE_NS,
+            SCOPE_KIND,
+            THRESHOLD,
+            Arg {
+                optional: true,
+                ..token("DRYRUN")
+            },
+        ],
+    },
+    Verb {
         name: "mem.list",
         arity: -1,
         flags: &["readonly"],

@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod catalog;
+pub mod consolidate;
 pub mod embed;
 pub mod events;
 pub mod forget;
@@ -52,6 +53,7 @@ pub enum Command {
     Remember(remember::Remember),
     Recall(recall::RecallCmd),
     Forget(forget::Forget),
+    Consolidate(consolidate::Consolidate),
     List(list::List),
     Info,
     Turn(turn::TurnCmd),
@@ -78,6 +80,9 @@ impl Command {
             "mem.remember" => Command::Remember(remember::Remember::parse(&mut a)?),
             "mem.recall" => Command::Recall(recall::RecallCmd::parse(&mut a, cfg)?),
             "mem.forget" => Command::Forget(forget::Forget::parse(&mut a)?),
+            "mem.consolidate" => {
+                Command::Consolidate(consolidate::Consolidate::parse(&mut a, cfg)?)
+            }
             "mem.list" => Command::List(list::List::parse(&mut a)?),
             "mem.info" => {
                 a.at_end()?;
@@ -99,6 +104,7 @@ impl Command {
             Command::Turn(c) => Some(&c.scope.user),
             Command::List(c) => Some(&c.scope.user),
             Command::Forget(forget::Forget::Scope(s)) => Some(&s.user),
+            Command::Consolidate(c) => Some(&c.scope.user),
             Command::Session(c) => c.user(),
             _ => None,
         }
@@ -130,6 +136,7 @@ impl Command {
             Command::Remember(c) => c.apply(engine, link).await,
             Command::Recall(c) => c.apply(engine, link).await,
             Command::Forget(c) => c.apply(engine, link, client).await,
+            Command::Consolidate(c) => c.apply(engine, link).await,
             Command::List(c) => c.apply(engine, link).await,
             Command::Info => info::apply(engine, link).await,
             Command::Turn(c) => c.apply(engine, link, &engine.owner(client)).await,

@@ -356,6 +356,19 @@ impl Keyspace {
         vec![cmd(&["JSON.GET", key, "$.user"]), cmd(&["DEL", key])]
     }
 
+    /// Merge memories into `kept`: read them, set the kept one's hit count and TTL, delete the
+    /// rest.
+    pub fn rights_consolidate(&self, kept: &str) -> Vec<Spec> {
+        vec![
+            cmd(&["JSON.GET", kept, "$.user"]),
+            cmd(&["JSON.SET", kept, "$.hit_count", "1"]),
+            cmd(&["PTTL", kept]),
+            cmd(&["PEXPIRE", kept, "1"]),
+            cmd(&["PERSIST", kept]),
+            cmd(&["DEL", kept]),
+        ]
+    }
+
     /// Delete a scope's memories (found by a cursor the client runs itself).
     pub fn rights_forget_scope(&self) -> Vec<Spec> {
         let key = self.memory("0");

@@ -55,6 +55,58 @@ fn cursor_page(reply: &Value) -> (Vec<String>, i64) {
     (keys, cursor)
 }
 
+/// The keys of a scope's memories, a page at a time: plain FT.AGGREGATE … WITHCURSOR, then
+/// FT.CURSOR READ, on the client's own connection (so with the client's rights).
+pub(crate) struct ScopeKeys {
+    index: String,
+    query: String,
+    cursor: Option<i64>,
+}
+
+impl ScopeKeys {
+    pub(crate) fn new(store: &Store, scope: &Scope) -> ScopeKeys {
+        let (index, query) = store.keys.scope_query(scope);
+        ScopeKeys {
+            index,
+            query,
+            cursor: None,
+        }
+    }
+
+    /// The next page of keys; `None` when the cursor is done.
+    pub(crate) async fn next(&mut self, link: &mut Link) -> MemResult<Option<Vec<String>>> {
+        let page = FORGET_PAGE.to_string();
+        let request = match self.cursor {
+            Some(0) => return Ok(None),
+            None => cmd(&[
+                "FT.AGGREGATE",
+                &self.index,
+                &self.query,
+                "LOAD",
+                "1",
+                "@__key",
+                "WITHCURSOR",
+                "COUNT",
+                &page,
+                "DIALECT",
+                "2",
+            ]),
+            Some(c) => cmd(&[
+                "FT.CURSOR",
+                "READ",
+                &self.index,
+                &c.to_string(),
+                "COUNT",
+                &page,
+            ]),
+        };
+        let reply = ok(link.call1(request).await?)?;
+        let (keys, cursor) = cursor_page(&reply);
+        self.cursor = Some(cursor);
+        Ok(Some(keys))
+    }
+}
+
 /// Which retrieval produced a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retrieval {
@@ -484,26 +536,10 @@ impl Store {
     }
 
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
-        let (index, query) = self.keys.scope_query(scope);
-        let page = FORGET_PAGE.to_string();
-        let first = cmd(&[
-            "FT.AGGREGATE",
-            &index,
-            &query,
-            "LOAD",
-            "1",
-            "@__key",
-            "WITHCURSOR",
-            "COUNT",
-            &page,
-            "DIALECT",
-            "2",
-        ]);
-        let mut reply = ok(link.call1(first).await?)?;
+        let mut pages = ScopeKeys::new(self, scope);
         let mut deleted = 0i64;
         let mut step = 4usize;
-        loop {
-            let (keys, cursor) = cursor_page(&reply);
+        while let Some(keys) = pages.next(link).await? {
             let mut rest: &[String] = &keys;
             while !rest.is_empty() {
                 let mut args = vec![
@@ -530,19 +566,8 @@ impl Store {
                 let examined = a.get(1).and_then(int).unwrap_or(0).max(1) as usize;
                 rest = &rest[examined.min(rest.len())..];
             }
-            if cursor == 0 {
-                return Ok(deleted);
-            }
-            let read = cmd(&[
-                "FT.CURSOR",
-                "READ",
-                &index,
-                &cursor.to_string(),
-                "COUNT",
-                &page,
-            ]);
-            reply = ok(link.call1(read).await?)?;
         }
+        Ok(deleted)
     }
 
     /// A page of a scope's memories, newest first.

@@ -5,6 +5,7 @@
 //! - [`schema`]: the index, created when missing and checked when present;
 //! - [`scripts`]: the Lua scripts that make every MEM.* write atomic and all-or-nothing;
 //! - [`memory`]: long-term memory (remember, recall, forget, list);
+//! - [`consolidate`]: near-duplicates merged into their oldest member;
 //! - [`session`]: working memory, agent turns and the event log.
 //!
 //! Every data operation runs on the client's own connection (a [`Link`]), with the client's ACL
@@ -30,6 +31,7 @@ macro_rules! indexed {
     }};
 }
 
+pub mod consolidate;
 pub mod keyspace;
 pub mod memory;
 pub mod schema;

@@ -84,6 +84,7 @@ pub struct Scripts {
     pub forget: Script,
     pub session: Script,
     pub turn: Script,
+    pub consolidate: Script,
 }
 
 impl Scripts {
@@ -96,6 +97,7 @@ impl Scripts {
             forget: Script::new("", include_str!("lua/forget.lua")),
             session: Script::new("", include_str!("lua/session.lua")),
             turn: Script::new("", include_str!("lua/turn.lua")),
+            consolidate: Script::new("", include_str!("lua/consolidate.lua")),
         }
     }
 }
