@@ -18,8 +18,12 @@ use serde::{Deserialize, Serialize};
     about = "Redis-protocol proxy that gives AI agents a memory"
 )]
 pub struct Flags {
+    /// Without a subcommand: run the proxy.
+    #[command(subcommand)]
+    #[serde(skip)]
+    pub command: Option<Sub>,
     /// TOML config file (keys as the flags, `_` for `-`).
-    #[arg(long, env = "MEMPROXY_CONFIG")]
+    #[arg(long, global = true, env = "MEMPROXY_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:6380].
@@ -27,19 +31,19 @@ pub struct Flags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
     /// Upstream Redis URL; user, password and db go in the URL [default: redis://127.0.0.1:6379].
-    #[arg(long, env = "MEMPROXY_UPSTREAM")]
+    #[arg(long, global = true, env = "MEMPROXY_UPSTREAM")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// Model: a directory with model.onnx and tokenizer.json, or a Hugging Face model id.
-    #[arg(long, env = "MEMPROXY_MODEL")]
+    #[arg(long, global = true, env = "MEMPROXY_MODEL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the deps dir).
-    #[arg(long, env = "MEMPROXY_ORT_LIBRARY")]
+    #[arg(long, global = true, env = "MEMPROXY_ORT_LIBRARY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ort_library: Option<PathBuf>,
     /// Where scripts/setup.sh put the dependencies [default: $MEMPROXY_DEPS or ~/.cache/memproxy].
-    #[arg(long, env = "MEMPROXY_DEPS")]
+    #[arg(long, global = true, env = "MEMPROXY_DEPS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deps_dir: Option<PathBuf>,
     /// Maximum concurrent client connections [default: 10000].
@@ -101,9 +105,39 @@ pub struct Flags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<String>,
     /// Log filter, as RUST_LOG [default: info].
-    #[arg(long, env = "MEMPROXY_LOG")]
+    #[arg(long, global = true, env = "MEMPROXY_LOG")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+}
+
+/// The subcommands: each uses the same settings (`--upstream`, `--config`, `--model` …) as the
+/// proxy.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Sub {
+    /// Write memories as JSON lines, to stdout or --out (all of them, or a user's).
+    Export {
+        /// Only this user's memories.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this namespace.
+        #[arg(long)]
+        ns: Option<String>,
+        /// Only this kind (episodic or semantic).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Include each memory's embedding and the model's name.
+        #[arg(long)]
+        embeddings: bool,
+        /// Write here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Read JSON lines (as export writes them) from FILE or stdin and remember each: embedded
+    /// by this memproxy's model, deduplicated, with its timestamps and hit count kept.
+    Import {
+        /// The file to read (default: stdin).
+        file: Option<PathBuf>,
+    },
 }
 
 /// The resolved settings. Field names are the file's keys.

@@ -19,6 +19,7 @@ pub mod conn;
 pub mod embed;
 pub mod engine;
 pub mod error;
+pub mod export;
 pub mod http;
 pub mod mem;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub mod resp;
 pub mod server;
 pub mod store;
 pub mod upstream;
+pub mod verbs;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 use anyhow::Context;
 use clap::Parser;
-use memproxy::config::{Config, Flags};
+use memproxy::config::{Config, Flags, Sub};
 
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
@@ -9,22 +9,100 @@ fn main() -> anyhow::Result<()> {
     if cfg.worker_threads > 0 {
         rt.worker_threads(cfg.worker_threads);
     }
-    rt.enable_all()
-        .build()
-        .context("tokio runtime")?
-        .block_on(serve(cfg))
+    let rt = rt.enable_all().build().context("tokio runtime")?;
+    logging(&cfg, flags.command.is_some())?;
+    match flags.command {
+        None => rt.block_on(serve(cfg)),
+        Some(sub) => rt.block_on(subcommand(cfg, sub)),
+    }
 }
 
-async fn serve(cfg: Config) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log).context("log filter")?;
+/// Logs go to stderr (stdout is export's); a subcommand logs warnings only unless --log says.
+fn logging(cfg: &Config, quiet: bool) -> anyhow::Result<()> {
+    let level = if quiet && cfg.log == "info" {
+        "warn"
+    } else {
+        &cfg.log
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(level).context("log filter")?;
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_writer(std::io::stderr)
         .with_target(false);
     if cfg.log_format == "json" {
         logs.json().init();
     } else {
         logs.init();
     }
+    Ok(())
+}
+
+async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
+    let engine = memproxy::engine::Engine::start(std::sync::Arc::new(cfg))
+        .await
+        .context("start")?;
+    match sub {
+        Sub::Export {
+            user,
+            ns,
+            kind,
+            embeddings,
+            out,
+        } => {
+            let kind = match kind {
+                None => None,
+                Some(k) => Some(
+                    memproxy::store::Kind::parse(&k)
+                        .with_context(|| format!("unknown kind '{k}' (episodic or semantic)"))?,
+                ),
+            };
+            let sel = memproxy::export::Selection {
+                user,
+                namespace: ns,
+                kind,
+                embeddings,
+            };
+            let n = match out {
+                Some(path) => {
+                    let file = std::fs::File::create(&path)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    let mut w = std::io::BufWriter::new(file);
+                    memproxy::export::export(&engine, &sel, &mut w).await?
+                }
+                None => {
+                    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+                    memproxy::export::export(&engine, &sel, &mut w).await?
+                }
+            };
+            eprintln!("export: {n} memories");
+        }
+        Sub::Import { file } => {
+            let report = match file {
+                Some(path) => {
+                    let f = std::fs::File::open(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    memproxy::export::import(&engine, std::io::BufReader::new(f)).await?
+                }
+                None => memproxy::export::import(&engine, std::io::stdin().lock()).await?,
+            };
+            for (line, e) in &report.failed {
+                eprintln!("import: line {line}: {e}");
+            }
+            eprintln!(
+                "import: {} written, {} deduplicated onto existing memories, {} failed",
+                report.written,
+                report.deduped,
+                report.failed.len()
+            );
+            if !report.failed.is_empty() {
+                anyhow::bail!("{} lines were not imported", report.failed.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
     let upstream = redact(&cfg.upstream);
     memproxy::run(cfg, shutdown_signal(), |bound| {
         let hint = match &bound {

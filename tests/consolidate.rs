@@ -7,65 +7,6 @@ mod common;
 use common::*;
 use redis::Value;
 
-const DIM: usize = 384;
-
-/// A deterministic unit vector.
-fn random_unit(seed: u64) -> Vec<f32> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407)
-        | 1;
-    let mut v: Vec<f32> = (0..DIM)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) as f32
-        })
-        .collect();
-    let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|a| *a /= n);
-    v
-}
-
-/// `v` nudged by a little noise (cosine distance about 0.005).
-fn near(v: &[f32], seed: u64) -> Vec<f32> {
-    let noise = random_unit(seed ^ 0xdead_beef);
-    let mut w: Vec<f32> = v.iter().zip(&noise).map(|(a, b)| a + 0.1 * b).collect();
-    let n = w.iter().map(|a| a * a).sum::<f32>().sqrt();
-    w.iter_mut().for_each(|a| *a /= n);
-    w
-}
-
-#[allow(clippy::too_many_arguments)]
-fn plant_cmd(
-    id: &str,
-    user: &str,
-    ns: &str,
-    kind: &str,
-    v: &[f32],
-    created: f64,
-    hits: i64,
-) -> redis::Cmd {
-    let doc = serde_json::json!({
-        "id": id, "user": user, "namespace": ns, "kind": kind, "source_thread": "",
-        "text": format!("planted memory {id}"), "embedding": v, "created_ts": created, "hit_count": hits,
-    });
-    let mut c = redis::cmd("JSON.SET");
-    c.arg(format!("agent:mem:{id}"))
-        .arg("$")
-        .arg(doc.to_string());
-    c
-}
-
-fn wait_indexed(d: &mut redis::Connection) {
-    eventually("the index to catch up", || {
-        let info: Value = redis::cmd("FT.INFO").arg("agentmem:idx").query(d).unwrap();
-        let pct = as_str(get(&info, "percent_indexed"));
-        pct == "1" || pct == "1.0"
-    });
-}
-
 fn groups(v: &Value) -> Vec<(String, Vec<String>, i64, i64)> {
     items(v)
         .iter()

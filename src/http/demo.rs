@@ -22,9 +22,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::verbs::{VerbError, Verbs};
 use crate::engine::Engine;
 use crate::error::Fault;
+use crate::verbs::{VerbError, Verbs};
 
 /// The guide's eight example memories (`kind<TAB>text`), seeded by `/reset`.
 const SEED: &str = include_str!("seed-memories.tsv");

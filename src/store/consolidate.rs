@@ -13,18 +13,13 @@
 
 use std::collections::HashMap;
 
-use redis::Value;
-
 use super::keyspace::{Kind, Scope};
 use super::memory::{Retrieval, ScopeKeys};
-use super::scripts::ok;
 use super::value::{array, int, text};
 use super::Store;
 use crate::error::{MemError, MemResult};
 use crate::upstream::Link;
 
-/// Keys whose JSON one pipeline reads.
-const READ_BATCH: usize = 200;
 /// KNN searches per script call (each a few hundred µs of Redis time).
 const SEARCHES_PER_CALL: usize = 8;
 /// Neighbours each memory looks at.
@@ -185,65 +180,26 @@ impl Store {
 
     /// The scope's memories with their vectors (exact user; namespace and kind as the scope).
     async fn members(&self, link: &mut Link, scope: &Scope) -> MemResult<Vec<Member>> {
-        let mut pages = ScopeKeys::new(self, scope);
+        let mut pages = ScopeKeys::new(self, Some(scope));
         let mut members = Vec::new();
         while let Some(keys) = pages.next(link).await? {
-            for batch in keys.chunks(READ_BATCH) {
-                let mut cmds = Vec::with_capacity(batch.len() * 2);
-                for k in batch {
-                    cmds.push(super::keyspace::cmd(&[
-                        "JSON.GET",
-                        k,
-                        "$.embedding",
-                        "$.user",
-                        "$.namespace",
-                        "$.kind",
-                        "$.created_ts",
-                        "$.hit_count",
-                    ]));
-                    cmds.push(super::keyspace::cmd(&["PTTL", k]));
+            for m in self.read_memories(link, &keys).await? {
+                if m.embedding.len() != self.dim
+                    || !scope.matches(&m.user, &m.namespace, &m.kind, None)
+                    || Kind::parse(&m.kind).is_none()
+                {
+                    continue;
                 }
-                let replies = link.call(&cmds).await?;
-                for (k, pair) in batch.iter().zip(replies.chunks(2)) {
-                    let doc = match ok(pair[0].clone())? {
-                        Value::Nil => continue,
-                        v => text(&v).unwrap_or_default(),
-                    };
-                    let Ok(doc) = serde_json::from_str::<serde_json::Value>(&doc) else {
-                        continue;
-                    };
-                    let first = |path: &str| doc.get(path).and_then(|v| v.get(0)).cloned();
-                    let s = |path: &str| {
-                        first(path)
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default()
-                    };
-                    let vector: Vec<f32> = first("$.embedding")
-                        .and_then(|v| v.as_array().cloned())
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|x| x.as_f64().map(|f| f as f32))
-                        .collect();
-                    let (user, namespace, kind) = (s("$.user"), s("$.namespace"), s("$.kind"));
-                    if vector.len() != self.dim
-                        || !scope.matches(&user, &namespace, &kind, None)
-                        || Kind::parse(&kind).is_none()
-                    {
-                        continue;
-                    }
-                    members.push(Member {
-                        key: k.clone(),
-                        id: self.keys.memory_id(k).to_string(),
-                        namespace,
-                        kind,
-                        created: first("$.created_ts")
-                            .and_then(|v| v.as_f64())
-                            .unwrap_or(f64::MAX),
-                        hits: first("$.hit_count").and_then(|v| v.as_i64()).unwrap_or(0),
-                        pttl: int(&ok(pair[1].clone())?).unwrap_or(-1),
-                        vector,
-                    });
-                }
+                members.push(Member {
+                    created: m.created_ts.unwrap_or(f64::MAX),
+                    hits: m.hit_count,
+                    pttl: m.pttl,
+                    key: m.key,
+                    id: m.id,
+                    namespace: m.namespace,
+                    kind: m.kind,
+                    vector: m.embedding,
+                });
             }
         }
         Ok(members)

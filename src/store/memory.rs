@@ -64,8 +64,12 @@ pub(crate) struct ScopeKeys {
 }
 
 impl ScopeKeys {
-    pub(crate) fn new(store: &Store, scope: &Scope) -> ScopeKeys {
-        let (index, query) = store.keys.scope_query(scope);
+    /// The keys of `scope`'s memories; `None`: every memory in the index.
+    pub(crate) fn new(store: &Store, scope: Option<&Scope>) -> ScopeKeys {
+        let (index, query) = match scope {
+            Some(s) => store.keys.scope_query(s),
+            None => (store.keys.index.clone(), "*".to_string()),
+        };
         ScopeKeys {
             index,
             query,
@@ -106,6 +110,26 @@ impl ScopeKeys {
         Ok(Some(keys))
     }
 }
+
+/// A memory as stored, with its vector (for consolidation and export).
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub key: String,
+    pub id: String,
+    pub text: String,
+    pub user: String,
+    pub namespace: String,
+    pub kind: String,
+    pub source_thread: String,
+    pub created_ts: Option<f64>,
+    pub hit_count: i64,
+    /// Milliseconds; -1: none.
+    pub pttl: i64,
+    pub embedding: Vec<f32>,
+}
+
+/// Keys one pipeline of [`Store::read_memories`] reads.
+const READ_BATCH: usize = 200;
 
 /// Which retrieval produced a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -536,7 +560,7 @@ impl Store {
     }
 
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
-        let mut pages = ScopeKeys::new(self, scope);
+        let mut pages = ScopeKeys::new(self, Some(scope));
         let mut deleted = 0i64;
         let mut step = 4usize;
         while let Some(keys) = pages.next(link).await? {
@@ -568,6 +592,63 @@ impl Store {
             }
         }
         Ok(deleted)
+    }
+
+    /// The memories at `keys` (pipelined JSON.GET and PTTL on the client's connection, with its
+    /// rights); keys that are gone or not memories are left out.
+    pub async fn read_memories(&self, link: &mut Link, keys: &[String]) -> MemResult<Vec<Stored>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for batch in keys.chunks(READ_BATCH) {
+            let mut cmds = Vec::with_capacity(batch.len() * 2);
+            for k in batch {
+                cmds.push(cmd(&["JSON.GET", k, "$"]));
+                cmds.push(cmd(&["PTTL", k]));
+            }
+            let replies = link.call(&cmds).await?;
+            for (k, pair) in batch.iter().zip(replies.chunks(2)) {
+                let doc = match ok(pair[0].clone()) {
+                    Ok(Value::Nil) => continue,
+                    // Not a JSON document (another writer's key under the prefix).
+                    Err(MemError::Upstream(u)) if u.code.as_deref() == Some("WRONGTYPE") => {
+                        continue
+                    }
+                    Ok(v) => text(&v).unwrap_or_default(),
+                    Err(e) => return Err(e),
+                };
+                let Ok(serde_json::Value::Array(mut docs)) = serde_json::from_str(&doc) else {
+                    continue;
+                };
+                let Some(d) = docs.pop() else { continue };
+                let s = |f: &str| {
+                    d.get(f)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                out.push(Stored {
+                    key: k.clone(),
+                    id: self.keys.memory_id(k).to_string(),
+                    text: s("text"),
+                    user: s("user"),
+                    namespace: s("namespace"),
+                    kind: s("kind"),
+                    source_thread: s("source_thread"),
+                    created_ts: d.get("created_ts").and_then(|v| v.as_f64()),
+                    hit_count: d.get("hit_count").and_then(|v| v.as_i64()).unwrap_or(0),
+                    pttl: int(&ok(pair[1].clone())?).unwrap_or(-1),
+                    embedding: d
+                        .get("embedding")
+                        .and_then(|v| v.as_array())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_f64().map(|f| f as f32))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// A page of a scope's memories, newest first.

@@ -1,7 +1,8 @@
-//! How the HTTP transports (the demo routes and MCP) run MEM.* verbs: as MEM.* argument lists
-//! through [`Engine::run`], the entry point a Redis client's MEM.* reaches, on one upstream
-//! connection of memproxy's own per HTTP request (the `--upstream` URL's user and database).
-//! Nothing here remembers, recalls or dedups by itself; it only turns replies into JSON.
+//! How callers inside the process (the HTTP demo routes, MCP, the `import` subcommand) run MEM.*
+//! verbs: as MEM.* argument lists through [`Engine::run`], the entry point a Redis client's
+//! MEM.* reaches, on one upstream connection of memproxy's own per [`Verbs`] (the `--upstream`
+//! URL's user and database). Nothing here remembers, recalls or dedups by itself; it only turns
+//! replies into JSON.
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ pub struct VerbError {
     pub fault: Fault,
 }
 
-/// One HTTP request's MEM.* calls, on one upstream connection.
+/// A caller's MEM.* calls (one HTTP request's, one import's), on one upstream connection.
 pub struct Verbs<'e> {
     engine: &'e Engine,
     link: Link,
@@ -52,6 +53,11 @@ impl<'e> Verbs<'e> {
             link,
             client,
         })
+    }
+
+    /// The upstream connection, for plain commands as this caller.
+    pub fn link(&mut self) -> &mut Link {
+        &mut self.link
     }
 
     /// Run one MEM.* request (`args[0]` is the verb) and give its reply as JSON.

@@ -1,0 +1,167 @@
+//! `memproxy export` and `memproxy import`: memories as JSON lines, for backups, moves between
+//! Redis deployments and a user's copy of their data (`MEM.FORGET USER` stays the erasure path).
+//!
+//! A line: `{"id", "text", "kind", "user", "namespace", "source_thread", "created_ts",
+//! "hit_count", "ttl"}` (`ttl` in seconds, -1 for none), plus `"embedding"` and `"model"` with
+//! `--embeddings`. Export reads by cursor and pipelined JSON.GET on a connection of its own (the
+//! `--upstream` URL's user). Import runs MEM.REMEMBER for every line through [`Verbs`] — the
+//! verb's embedding, dedup and limits — then restores the line's `created_ts` and `hit_count`
+//! (onto the new memory; a line deduplicated onto an existing memory adds its hit count to it).
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::engine::Engine;
+use crate::error::{MemError, MemResult};
+use crate::store::keyspace::cmd;
+use crate::store::memory::ScopeKeys;
+use crate::store::{Kind, Scope};
+use crate::verbs::Verbs;
+
+/// Which memories to export: every one, or a user's (and namespace's, kind's).
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub user: Option<String>,
+    pub namespace: Option<String>,
+    pub kind: Option<Kind>,
+    pub embeddings: bool,
+}
+
+/// Write the selected memories to `out`, one JSON line each; returns how many.
+pub async fn export(engine: &Engine, sel: &Selection, out: &mut impl Write) -> MemResult<usize> {
+    let store = &engine.store;
+    store.ready().await?;
+    let timeout = Duration::from_millis(engine.config().op_timeout_ms);
+    let mut link = engine.upstream_addr().admin(timeout).await?;
+    let scope = sel.user.as_ref().map(|u| Scope {
+        user: u.clone(),
+        namespace: sel.namespace.clone().unwrap_or_default(),
+        kind: sel.kind,
+        thread: None,
+    });
+    let mut pages = ScopeKeys::new(store, scope.as_ref());
+    let model = &engine.embedder.info().name;
+    let mut n = 0;
+    while let Some(keys) = pages.next(&mut link).await? {
+        for m in store.read_memories(&mut link, &keys).await? {
+            let wanted = match &scope {
+                Some(s) => s.matches(&m.user, &m.namespace, &m.kind, None),
+                None => {
+                    sel.namespace.as_ref().is_none_or(|ns| *ns == m.namespace)
+                        && sel.kind.is_none_or(|k| k.as_str() == m.kind)
+                }
+            };
+            if !wanted {
+                continue;
+            }
+            let mut line = json!({
+                "id": m.id,
+                "text": m.text,
+                "kind": m.kind,
+                "user": m.user,
+                "namespace": m.namespace,
+                "source_thread": m.source_thread,
+                "created_ts": m.created_ts,
+                "hit_count": m.hit_count,
+                "ttl": if m.pttl < 0 { -1 } else { (m.pttl + 999) / 1000 },
+            });
+            if sel.embeddings {
+                line["embedding"] = json!(m.embedding);
+                line["model"] = json!(model);
+            }
+            writeln!(out, "{line}").map_err(|e| MemError::Internal(format!("write: {e}")))?;
+            n += 1;
+        }
+    }
+    out.flush()
+        .map_err(|e| MemError::Internal(format!("write: {e}")))?;
+    Ok(n)
+}
+
+/// What an import did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Imported {
+    pub written: usize,
+    pub deduped: usize,
+    /// (line number, one-line error) of every line not imported.
+    pub failed: Vec<(usize, String)>,
+}
+
+/// Import JSON lines from `input`.
+pub async fn import(engine: &Engine, input: impl BufRead) -> MemResult<Imported> {
+    let mut verbs = Verbs::open(engine, None)
+        .await
+        .map_err(|e| MemError::upstream(e.line))?;
+    let mut report = Imported::default();
+    for (i, line) in input.lines().enumerate() {
+        let no = i + 1;
+        let line = line.map_err(|e| MemError::Internal(format!("read: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match import_line(engine, &mut verbs, &line).await {
+            Ok(true) => report.deduped += 1,
+            Ok(false) => report.written += 1,
+            Err(e) => report.failed.push((no, e)),
+        }
+    }
+    Ok(report)
+}
+
+/// One line; `Ok(deduped)`.
+async fn import_line(engine: &Engine, verbs: &mut Verbs<'_>, line: &str) -> Result<bool, String> {
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let field = |f: &str| v.get(f).and_then(|x| x.as_str()).filter(|s| !s.is_empty());
+    let text = field("text").ok_or("no \"text\"")?;
+    let mut args: Vec<String> = vec!["MEM.REMEMBER".into(), text.into()];
+    for (name, token) in [
+        ("user", "USER"),
+        ("namespace", "NS"),
+        ("kind", "KIND"),
+        ("source_thread", "THREAD"),
+    ] {
+        if let Some(x) = field(name) {
+            args.extend([token.into(), x.into()]);
+        }
+    }
+    match v.get("ttl").and_then(|t| t.as_i64()) {
+        Some(t) if t > 0 => args.extend(["TTL".into(), t.to_string()]),
+        Some(_) => args.push("PERSIST".into()),
+        None => {}
+    }
+    let r = verbs.run(args).await.map_err(|e| e.line)?;
+    let deduped = r["deduped"].as_i64() == Some(1);
+    let key = engine
+        .store
+        .keys
+        .memory(r["id"].as_str().unwrap_or_default());
+    let hits = v
+        .get("hit_count")
+        .and_then(|h| h.as_i64())
+        .unwrap_or(0)
+        .max(0);
+    let mut fix = Vec::new();
+    if deduped {
+        if hits > 0 {
+            fix.push(cmd(&[
+                "JSON.NUMINCRBY",
+                &key,
+                "$.hit_count",
+                &hits.to_string(),
+            ]));
+        }
+    } else {
+        if let Some(ts) = v.get("created_ts").and_then(|t| t.as_f64()) {
+            fix.push(cmd(&["JSON.SET", &key, "$.created_ts", &ts.to_string()]));
+        }
+        fix.push(cmd(&["JSON.SET", &key, "$.hit_count", &hits.to_string()]));
+    }
+    if !fix.is_empty() {
+        for reply in verbs.link().call(&fix).await.map_err(|e| e.line())? {
+            crate::store::scripts::ok(reply).map_err(|e| e.line())?;
+        }
+    }
+    Ok(deduped)
+}
