@@ -132,6 +132,9 @@ pub enum Sub {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Re-embed every stored memory with this memproxy's model (--model), then stamp the index
+    /// with it. Safe to interrupt: run it again to resume.
+    Reembed,
     /// Read JSON lines (as export writes them) from FILE or stdin and remember each: embedded
     /// by this memproxy's model, deduplicated, with its timestamps and hit count kept.
     Import {

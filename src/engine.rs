@@ -60,6 +60,13 @@ impl Engine {
         let store = Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
         let metrics = crate::metrics::Metrics::new();
         embedder.observe_batches(metrics.batch_size.clone());
+        match embedder.embed(crate::store::PROBE).await {
+            Ok(probe) => store.set_model(crate::store::ModelStamp {
+                name: embedder.info().name.clone(),
+                probe: probe.to_vec(),
+            }),
+            Err(e) => tracing::warn!(error = %e, "could not read the model's identity"),
+        }
         let ranker = crate::mem::rank::Ranker::default();
         if let Err(e) = ranker.prepare(&embedder).await {
             // Not fatal: the first MODE auto recall tries again (and answers its error).

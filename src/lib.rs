@@ -23,6 +23,7 @@ pub mod export;
 pub mod http;
 pub mod mem;
 pub mod metrics;
+pub mod reembed;
 pub mod resp;
 pub mod server;
 pub mod store;

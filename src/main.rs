@@ -76,6 +76,39 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
             };
             eprintln!("export: {n} memories");
         }
+        Sub::Reembed => {
+            use std::io::IsTerminal;
+            let bar = std::io::stderr().is_terminal().then(|| {
+                let b = indicatif::ProgressBar::new(0);
+                b.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "reembed {bar:40} {pos}/{len} memories ({eta} left)",
+                    )
+                    .expect("template"),
+                );
+                b
+            });
+            let mut last = 0;
+            let done = memproxy::reembed::reembed(&engine, |examined, total| match &bar {
+                Some(b) => {
+                    b.set_length(total.max(examined) as u64);
+                    b.set_position(examined as u64);
+                }
+                None if examined >= last + 1000 || examined == total => {
+                    last = examined;
+                    eprintln!("reembed: {examined} of {total} memories examined");
+                }
+                None => {}
+            })
+            .await?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            eprintln!(
+                "reembed: {} memories examined, {} re-embedded; the index is stamped with this model",
+                done.examined, done.rewritten
+            );
+        }
         Sub::Import { file } => {
             let report = match file {
                 Some(path) => {

@@ -149,6 +149,11 @@ impl Keyspace {
         format!("{}{thread}", self.session_prefix)
     }
 
+    /// The index's model stamp (a hash beside the index, outside the memory prefix).
+    pub fn model_stamp(&self) -> String {
+        format!("{}:model", self.index)
+    }
+
     pub fn events(&self, thread: &str) -> String {
         format!("{}{thread}", self.event_prefix)
     }

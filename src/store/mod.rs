@@ -54,7 +54,9 @@ pub use keyspace::{Kind, Scope};
 
 enum IndexState {
     Unchecked,
-    Ready,
+    /// Checked at that instant; checked again after [`RECHECK`] (another memproxy may have
+    /// re-embedded the index with another model meanwhile).
+    Ready(Instant),
     /// Checked and unusable; checked again after a while (an operator may fix it).
     Broken(MemError, Instant),
 }
@@ -68,7 +70,26 @@ pub struct Store {
     /// memproxy's own connection, for index management only.
     conn: tokio::sync::Mutex<Option<Link>>,
     index: std::sync::Mutex<IndexState>,
+    /// The model this memproxy embeds with, checked against the index's stamp.
+    model: std::sync::OnceLock<ModelStamp>,
 }
+
+/// A model's identity: its name and its embedding of [`PROBE`]. Two models agree when their
+/// probes are within [`SAME_MODEL`] (the same graph on other hardware differs by ~1e-7; the
+/// int8 export of all-MiniLM-L6-v2 differs from the fp32 one by ~1e-3).
+#[derive(Debug, Clone)]
+pub struct ModelStamp {
+    pub name: String,
+    pub probe: Vec<f32>,
+}
+
+/// The sentence a model's identity is read from.
+pub const PROBE: &str = "memproxy model probe: the quick brown fox jumps over the lazy dog.";
+/// How long a checked index (schema and model stamp) is trusted before it is checked again.
+pub const RECHECK: Duration = Duration::from_secs(5);
+
+/// Cosine distance under which two probes come from the same model.
+pub const SAME_MODEL: f64 = 1e-4;
 
 impl Store {
     pub fn new(cfg: Arc<Config>, dim: usize) -> Result<Store, String> {
@@ -80,7 +101,13 @@ impl Store {
             cfg,
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
+            model: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Check the index's model stamp against this one from now on (set once, at start).
+    pub fn set_model(&self, stamp: ModelStamp) {
+        let _ = self.model.set(stamp);
     }
 
     pub fn config(&self) -> &Config {
@@ -134,7 +161,7 @@ impl Store {
         {
             let state = self.index.lock().expect("index lock");
             match &*state {
-                IndexState::Ready => return Ok(()),
+                IndexState::Ready(at) if at.elapsed() < RECHECK => return Ok(()),
                 IndexState::Broken(e, at) if at.elapsed() < Duration::from_secs(2) => {
                     return Err(e.clone())
                 }
@@ -145,7 +172,7 @@ impl Store {
         let mut state = self.index.lock().expect("index lock");
         match outcome {
             Ok(()) => {
-                *state = IndexState::Ready;
+                *state = IndexState::Ready(Instant::now());
                 Ok(())
             }
             Err(e @ MemError::Client(_)) => {
@@ -179,20 +206,83 @@ impl Store {
         let (index, prefix) = (&self.keys.index, &self.keys.mem_prefix);
         match scripts::ok(self.admin1(&["FT.INFO", index]).await?) {
             Ok(v) => schema::check(&v, index, prefix, self.dim)
-                .map_err(|d| MemError::client(format!("index schema mismatch: {d}"))),
+                .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?,
             Err(e) if e.is_missing_index() => {
                 tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
                 let mut create = vec!["FT.CREATE".to_string()];
                 create.extend(schema::create_args(index, prefix, self.dim));
                 let create: Vec<&str> = create.iter().map(String::as_str).collect();
                 match scripts::ok(self.admin1(&create).await?) {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.to_string().to_lowercase().contains("already exists") => Ok(()),
-                    Err(e) => Err(e),
+                    Ok(_) => {}
+                    Err(e) if e.to_string().to_lowercase().contains("already exists") => {}
+                    Err(e) => return Err(e),
                 }
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
         }
+        self.check_model().await
+    }
+
+    /// The index's model stamp (`<index>:model`, a hash `name, dim, probe`): refuse when it
+    /// names another model; write it when there is none (an index made by the guide's code, or
+    /// just created, is taken to hold this model's vectors).
+    async fn check_model(&self) -> MemResult<()> {
+        let Some(mine) = self.model.get() else {
+            return Ok(());
+        };
+        match self.stamp().await? {
+            Some(theirs) => {
+                if crate::embed::cosine_distance(&theirs.probe, &mine.probe) > SAME_MODEL {
+                    return Err(MemError::client(format!(
+                        "the index {} holds vectors of model '{}', and this memproxy embeds with '{}': run `memproxy reembed` with this model to re-embed the stored memories, or start memproxy with the index's model",
+                        self.keys.index, theirs.name, mine.name
+                    )));
+                }
+                Ok(())
+            }
+            None => {
+                if let Err(e) = self.write_stamp(mine).await {
+                    tracing::warn!(error = %e, "could not stamp the index with the model");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The stamp stored with the index, if any.
+    pub async fn stamp(&self) -> MemResult<Option<ModelStamp>> {
+        let key = self.keys.model_stamp();
+        let v = scripts::ok(self.admin1(&["HMGET", &key, "name", "probe"]).await?)?;
+        let a = value::array(&v);
+        let (Some(name), Some(probe)) = (
+            a.first().and_then(value::text),
+            a.get(1).and_then(value::text),
+        ) else {
+            return Ok(None);
+        };
+        let probe: Vec<f32> = serde_json::from_str(&probe).unwrap_or_default();
+        Ok(Some(ModelStamp { name, probe }))
+    }
+
+    /// Stamp the index with `model` (after a re-embedding, or on first use).
+    pub async fn write_stamp(&self, model: &ModelStamp) -> MemResult<()> {
+        let key = self.keys.model_stamp();
+        let probe = serde_json::to_string(&model.probe).unwrap_or_default();
+        let dim = model.probe.len().to_string();
+        scripts::ok(
+            self.admin1(&[
+                "HSET",
+                &key,
+                "name",
+                &model.name,
+                "dim",
+                &dim,
+                "probe",
+                &probe,
+            ])
+            .await?,
+        )?;
+        Ok(())
     }
 
     /// Is the upstream answering memproxy's own connection now? (For readiness probes.)

@@ -1,0 +1,85 @@
+//! `memproxy reembed`: re-embed every stored memory with the configured model, then stamp the
+//! index with it (see `Store::check_model`: until then MEM.* refuse, so vectors of two models
+//! are never searched together).
+//!
+//! Memories whose stored vector already is this model's (within the same-model distance) are
+//! skipped, so an interrupted run resumes by running it again. Each memory is one JSON.SET of its
+//! `$.embedding`; RediSearch re-indexes it on the spot.
+
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::{MemError, MemResult};
+use crate::store::keyspace::cmd;
+use crate::store::memory::ScopeKeys;
+use crate::store::{ModelStamp, PROBE, SAME_MODEL};
+
+/// Texts embedded concurrently (the embedder batches them).
+const CONCURRENT: usize = 32;
+
+/// What a run did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Reembedded {
+    pub examined: usize,
+    pub rewritten: usize,
+}
+
+/// Re-embed; `progress(examined, total)` is called after every page.
+pub async fn reembed(
+    engine: &Engine,
+    mut progress: impl FnMut(usize, usize),
+) -> MemResult<Reembedded> {
+    let store = &engine.store;
+    let timeout = Duration::from_millis(engine.config().op_timeout_ms);
+    let mut link = engine.upstream_addr().admin(timeout).await?;
+    let total =
+        match crate::store::scripts::ok(link.call1(cmd(&["FT.INFO", &store.keys.index])).await?) {
+            Ok(info) => crate::store::value::field(crate::store::value::array(&info), "num_docs")
+                .and_then(|v| crate::store::value::text(v).and_then(|t| t.parse().ok()))
+                .unwrap_or(0),
+            Err(e) => return Err(e),
+        };
+    let mut pages = ScopeKeys::new(store, None);
+    let mut done = Reembedded::default();
+    while let Some(keys) = pages.next(&mut link).await? {
+        let memories = store.read_memories(&mut link, &keys).await?;
+        for chunk in memories.chunks(CONCURRENT) {
+            let vectors =
+                futures::future::join_all(chunk.iter().map(|m| engine.embedder.embed(&m.text)))
+                    .await;
+            let mut writes = Vec::new();
+            for (m, v) in chunk.iter().zip(vectors) {
+                let v = v.map_err(|e| MemError::Embedder(e.to_string()))?;
+                done.examined += 1;
+                if m.embedding.len() == v.len()
+                    && crate::embed::cosine_distance(&m.embedding, &v) <= SAME_MODEL
+                {
+                    continue;
+                }
+                let json = serde_json::to_string(&v[..]).unwrap_or_default();
+                writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json, "XX"]));
+            }
+            if !writes.is_empty() {
+                for r in link.call(&writes).await? {
+                    // A memory deleted meanwhile is fine (XX: nothing written).
+                    crate::store::scripts::ok(r)?;
+                }
+                done.rewritten += writes.len();
+            }
+        }
+        progress(done.examined, total);
+    }
+    let probe = engine
+        .embedder
+        .embed(PROBE)
+        .await
+        .map_err(|e| MemError::Embedder(e.to_string()))?;
+    store
+        .write_stamp(&ModelStamp {
+            name: engine.embedder.info().name.clone(),
+            probe: probe.to_vec(),
+        })
+        .await?;
+    store.index_lost();
+    Ok(done)
+}

@@ -1,0 +1,95 @@
+//! The index remembers which model wrote its vectors (issue 17, point 3): a memproxy with
+//! another model refuses MEM.* with the command to run, `memproxy reembed` re-embeds every
+//! memory (resumably) and stamps the index, and then the other model is the one refused.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn embedding(d: &mut redis::Connection, id: &str) -> String {
+    redis::cmd("JSON.GET")
+        .arg(format!("agent:mem:{id}"))
+        .arg("$.embedding")
+        .query(d)
+        .unwrap()
+}
+
+fn reembed(url: &str, model: &std::path::Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .args(["reembed", "--upstream", url, "--model"])
+        .arg(model)
+        .env("MEMPROXY_DEPS", deps())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn another_model_is_refused_until_reembed() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let fp32 = Proxy::start(&redis.url(), |_| {});
+    let mut a = fp32.client();
+    let mut ids = Vec::new();
+    for t in [
+        "The user is allergic to peanuts.",
+        "The user prefers tea.",
+        "The user lives in Lisbon.",
+    ] {
+        ids.push(as_str(get(&q(&mut a, &["MEM.REMEMBER", t]), "id")));
+    }
+    let before = embedding(&mut d, &ids[0]);
+    let stamp: String = redis::cmd("HGET")
+        .arg("agentmem:idx:model")
+        .arg("name")
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(stamp, "all-MiniLM-L6-v2");
+
+    let int8_dir = deps().join("model/all-MiniLM-L6-v2-int8");
+    let dir = int8_dir.display().to_string();
+    let int8 = Proxy::start(&redis.url(), |c| c.model = Some(dir));
+    let mut b = int8.client();
+    let e = err(&mut b, &["MEM.RECALL", "Any food allergies?"]);
+    assert!(
+        e.contains("memproxy reembed") && e.contains("all-MiniLM-L6-v2-int8"),
+        "{e}"
+    );
+    let e = err(&mut b, &["MEM.REMEMBER", "The user swims."]);
+    assert!(e.contains("memproxy reembed"), "{e}");
+    // Ordinary commands are untouched.
+    q(&mut b, &["SET", "plain", "1"]);
+    assert_eq!(as_str(&q(&mut b, &["GET", "plain"])), "1");
+
+    let (ok, log) = reembed(&redis.url(), &int8_dir);
+    assert!(ok, "{log}");
+    assert!(log.contains("3 memories examined, 3 re-embedded"), "{log}");
+    assert_ne!(
+        embedding(&mut d, &ids[0]),
+        before,
+        "the vector was rewritten"
+    );
+    eventually("the int8 proxy to accept MEM.*", || {
+        redis::cmd("MEM.RECALL")
+            .arg("Any food allergies?")
+            .query::<redis::Value>(&mut b)
+            .is_ok()
+    });
+    let hits = q(&mut b, &["MEM.RECALL", "Any food allergies?"]);
+    assert_eq!(as_str(get(&items(&hits)[0], "id")), ids[0]);
+    eventually("the fp32 proxy to refuse", || {
+        redis::cmd("MEM.RECALL")
+            .arg("Any food allergies?")
+            .query::<redis::Value>(&mut a)
+            .is_err_and(|e| e.to_string().contains("memproxy reembed"))
+    });
+    // Run again (as after an interruption): nothing left to re-embed.
+    let (ok, log) = reembed(&redis.url(), &int8_dir);
+    assert!(ok, "{log}");
+    assert!(log.contains("3 memories examined, 0 re-embedded"), "{log}");
+}
