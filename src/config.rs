@@ -190,6 +190,12 @@ pub struct Config {
     /// `MODE auto`: nearest memories considered before ranking (at least K).
     pub recall_candidates: usize,
     pub episodic_ttl_seconds: u64,
+    /// The background consolidator's period (0: off).
+    pub consolidate_interval_seconds: u64,
+    /// Its merge distance.
+    pub consolidate_threshold: f64,
+    /// The share of time it may keep Redis busy, in (0, 1].
+    pub consolidate_redis_share: f64,
     pub max_turns: usize,
     pub events_max_len: usize,
     pub default_k: usize,
@@ -272,6 +278,9 @@ impl Default for Config {
             recall_hit_weight: 0.0,
             recall_candidates: 20,
             episodic_ttl_seconds: 7 * 24 * 3600,
+            consolidate_interval_seconds: 0,
+            consolidate_threshold: 0.20,
+            consolidate_redis_share: 0.05,
             max_turns: 20,
             events_max_len: 1000,
             default_k: 5,
@@ -348,9 +357,16 @@ impl Config {
         if let Err(e) = crate::upstream::UpstreamAddr::from_config(self) {
             return bad("upstream", e);
         }
+        if !(self.consolidate_redis_share > 0.0 && self.consolidate_redis_share <= 1.0) {
+            return bad(
+                "consolidate_redis_share",
+                format!("{} is not in (0, 1]", self.consolidate_redis_share),
+            );
+        }
         for (k, v) in [
             ("dedup_threshold", self.dedup_threshold),
             ("recall_threshold", self.recall_threshold),
+            ("consolidate_threshold", self.consolidate_threshold),
         ] {
             if !(0.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not a cosine distance in [0, 2]"));

@@ -38,6 +38,8 @@ pub struct Engine {
     pub metrics: crate::metrics::Metrics,
     /// `MODE auto`'s query side.
     pub ranker: crate::mem::rank::Ranker,
+    /// The background consolidator's record (it runs only when configured).
+    pub consolidator: crate::consolidator::Consolidator,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,7 @@ impl Engine {
             store,
             metrics,
             ranker,
+            consolidator: Default::default(),
         })
     }
 

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod consolidator;
 pub mod embed;
 pub mod engine;
 pub mod error;
@@ -60,6 +61,10 @@ pub async fn run(
         }
         None => None,
     };
+    let consolidator = (cfg.consolidate_interval_seconds > 0).then(|| {
+        let e = engine.clone();
+        tokio::spawn(async move { e.consolidator.run_forever(&e).await })
+    });
     let server = Server::bind(engine).await?;
     ready(server.local_addr());
     server
@@ -70,6 +75,9 @@ pub async fn run(
         .await;
     if let Some(h) = http {
         let _ = h.await;
+    }
+    if let Some(c) = consolidator {
+        c.abort();
     }
     Ok(())
 }

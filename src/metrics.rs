@@ -21,6 +21,8 @@ pub struct Metrics {
     pub clients: IntGauge,
     /// Client upstream connections that broke under a client.
     pub upstream_lost: IntCounter,
+    /// Memories the background consolidator merged away.
+    pub consolidated: IntCounter,
     /// Texts per model run.
     pub batch_size: Histogram,
     embed_queue: IntGauge,
@@ -54,6 +56,11 @@ impl Metrics {
                 "client upstream connections lost while in use",
             )
             .expect("metric"),
+            consolidated: IntCounter::new(
+                "consolidated_total",
+                "memories the background consolidator merged into an older near-duplicate",
+            )
+            .expect("metric"),
             batch_size: Histogram::with_opts(
                 HistogramOpts::new("embed_batch_size", "texts per model run")
                     .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
@@ -77,6 +84,7 @@ impl Metrics {
             Box::new(m.latency.clone()),
             Box::new(m.clients.clone()),
             Box::new(m.upstream_lost.clone()),
+            Box::new(m.consolidated.clone()),
             Box::new(m.batch_size.clone()),
             Box::new(m.embed_queue.clone()),
             Box::new(m.embed_batches.clone()),

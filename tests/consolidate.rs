@@ -270,3 +270,72 @@ fn remembers_during_a_merge_lose_no_hits() {
     );
     assert_ne!(kept_id, old_id);
 }
+
+/// The background consolidator (off by default): every interval, every scope, reported in
+/// MEM.INFO. A Redis of its own, so that it does not merge the other tests' memories.
+#[test]
+fn the_background_consolidator_merges_every_scope() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let proxy = Proxy::start(&redis.url(), |c| {
+        c.consolidate_interval_seconds = 1;
+        c.consolidate_redis_share = 0.5;
+    });
+    let mut con = proxy.client();
+    let info = q(&mut con, &["MEM.INFO"]);
+    assert_eq!(
+        as_i64(get(get(&info, "consolidator"), "interval_seconds")),
+        1
+    );
+    let mut p = redis::pipe();
+    for (i, user) in ["ann", "ben"].iter().enumerate() {
+        let v = random_unit(i as u64 + 77);
+        p.add_command(plant_cmd(
+            &format!("{user}-1"),
+            user,
+            "default",
+            "semantic",
+            &v,
+            1.0,
+            1,
+        ));
+        p.add_command(plant_cmd(
+            &format!("{user}-2"),
+            user,
+            "default",
+            "semantic",
+            &near(&v, 5),
+            2.0,
+            1,
+        ));
+        p.add_command(plant_cmd(
+            &format!("{user}-3"),
+            user,
+            "default",
+            "episodic",
+            &v,
+            3.0,
+            1,
+        ));
+    }
+    let _: () = p.query(&mut d).unwrap();
+    eventually("a background pass to merge both users' pairs", || {
+        let c = q(&mut con, &["MEM.INFO"]);
+        as_i64(get(get(&c, "consolidator"), "memories_removed")) == 2
+    });
+    for user in ["ann", "ben"] {
+        let left = items(&q(&mut con, &["MEM.LIST", "USER", user])).to_vec();
+        let mut ids: Vec<String> = left.iter().map(|m| as_str(get(m, "id"))).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            [format!("{user}-1"), format!("{user}-3")],
+            "the episodic copy is another kind"
+        );
+    }
+    let c = q(&mut con, &["MEM.INFO"]);
+    assert_eq!(
+        get(get(&c, "consolidator"), "last_error"),
+        &redis::Value::Nil
+    );
+}

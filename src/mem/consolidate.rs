@@ -44,7 +44,7 @@ impl Consolidate {
     pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         let merges = engine
             .store
-            .consolidate(link, &self.scope, self.threshold, self.dry_run)
+            .consolidate(link, &self.scope, self.threshold, self.dry_run, 1.0)
             .await?;
         Ok(Reply::Array(
             merges

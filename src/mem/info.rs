@@ -2,7 +2,7 @@
 //!
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
-//! recall_threshold, recall_mode, ttl_by_kind, mem_key_prefix, session_key_prefix, event_key_prefix,
+//! recall_threshold, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
 //! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
 //! version, upstream`.
 
@@ -36,6 +36,20 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         ("mem_key_prefix", Reply::text(&cfg.mem_key_prefix)),
         ("session_key_prefix", Reply::text(&cfg.session_key_prefix)),
         ("event_key_prefix", Reply::text(&cfg.event_key_prefix)),
+        ("consolidator", {
+            let c = engine.consolidator.stats();
+            Reply::Map(vec![
+                (
+                    "interval_seconds",
+                    Reply::Int(cfg.consolidate_interval_seconds as i64),
+                ),
+                ("runs", Reply::Int(c.runs as i64)),
+                ("groups_merged", Reply::Int(c.groups as i64)),
+                ("memories_removed", Reply::Int(c.removed as i64)),
+                ("last_run", Reply::opt_double(c.last_run)),
+                ("last_error", Reply::opt_text(c.last_error)),
+            ])
+        }),
         ("embed_cache_hits", Reply::Int(hits as i64)),
         ("embed_cache_misses", Reply::Int(misses as i64)),
         ("embed_batches", Reply::Int(batches as i64)),

@@ -65,17 +65,21 @@ fn ttl_seconds(pttl: i64) -> i64 {
 
 impl Store {
     /// Merge the near-duplicates of `scope` (its namespace '' = each namespace on its own; its
-    /// kind `None` = each kind on its own) within cosine distance `threshold`.
+    /// kind `None` = each kind on its own) within cosine distance `threshold`. `pace` in (0, 1]:
+    /// the share of time it may keep Redis busy (after each script it waits so that its scripts
+    /// take at most that share; 1: no waiting).
     pub async fn consolidate(
         &self,
         link: &mut Link,
         scope: &Scope,
         threshold: f64,
         dry_run: bool,
+        pace: f64,
     ) -> MemResult<Vec<Merge>> {
         indexed!(
             self,
-            self.consolidate_once(link, scope, threshold, dry_run).await
+            self.consolidate_once(link, scope, threshold, dry_run, pace)
+                .await
         )
     }
 
@@ -85,7 +89,13 @@ impl Store {
         scope: &Scope,
         threshold: f64,
         dry_run: bool,
+        pace: f64,
     ) -> MemResult<Vec<Merge>> {
+        let breathe = |took: std::time::Duration| async move {
+            if pace < 1.0 {
+                tokio::time::sleep(took.mul_f64(1.0 / pace.max(0.001) - 1.0)).await;
+            }
+        };
         if !dry_run {
             // As every write: NOPERM before any work, not at the first group.
             self.precheck(link, &self.keys.rights_consolidate(&self.keys.memory("0")))
@@ -115,7 +125,9 @@ impl Store {
                     self.keys.knn_brief(&exact, NEIGHBOURS, &m.vector)
                 })
                 .collect();
+            let started = std::time::Instant::now();
             let results = self.search(link, &specs).await?;
+            breathe(started.elapsed()).await;
             for (&i, result) in chunk.iter().zip(&results) {
                 let m = &members[i];
                 let exact = Scope {
@@ -171,7 +183,10 @@ impl Store {
                     ttl: ttl_seconds(longest),
                 })
             } else {
-                self.merge(link, scope, &members, &g).await?
+                let started = std::time::Instant::now();
+                let m = self.merge(link, scope, &members, &g).await?;
+                breathe(started.elapsed()).await;
+                m
             };
             out.extend(merge);
         }

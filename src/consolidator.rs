@@ -1,0 +1,117 @@
+//! The background consolidator (off unless `consolidate_interval_seconds` is set): every
+//! interval, [`Store::consolidate`](crate::store::Store::consolidate) for every scope in the
+//! index (user, namespace and kind, from one FT.AGGREGATE GROUPBY), on a connection of its own
+//! (the `--upstream` URL's user), keeping Redis busy for at most `consolidate_redis_share` of
+//! the time. What it did shows in MEM.INFO and the metrics.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::MemResult;
+use crate::store::keyspace::cmd;
+use crate::store::scripts::ok;
+use crate::store::value::{array, field, text};
+use crate::store::{Kind, Scope};
+
+/// What the consolidator has done since start.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub runs: u64,
+    pub groups: u64,
+    pub removed: u64,
+    /// Epoch seconds of the last finished run.
+    pub last_run: Option<f64>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+pub struct Consolidator {
+    stats: Mutex<Stats>,
+}
+
+impl Consolidator {
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().expect("stats").clone()
+    }
+
+    /// Run every `consolidate_interval_seconds` until the task is dropped.
+    pub async fn run_forever(&self, engine: &Engine) {
+        let every = Duration::from_secs(engine.config().consolidate_interval_seconds);
+        loop {
+            tokio::time::sleep(every).await;
+            let outcome = self.run_once(engine).await;
+            let mut s = self.stats.lock().expect("stats");
+            s.runs += 1;
+            s.last_run = Some(crate::store::now_ts());
+            match outcome {
+                Ok((groups, removed)) => {
+                    s.groups += groups;
+                    s.removed += removed;
+                    s.last_error = None;
+                    engine.metrics.consolidated.inc_by(removed);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "background consolidation failed");
+                    s.last_error = Some(e.line());
+                }
+            }
+        }
+    }
+
+    /// One pass over every scope: (groups merged, memories removed).
+    pub async fn run_once(&self, engine: &Engine) -> MemResult<(u64, u64)> {
+        let cfg = engine.config();
+        let store = &engine.store;
+        store.ready().await?;
+        let timeout = Duration::from_millis(cfg.op_timeout_ms);
+        let mut link = engine.upstream_addr().admin(timeout).await?;
+        let groups = ok(link
+            .call1(cmd(&[
+                "FT.AGGREGATE",
+                &store.keys.index,
+                "*",
+                "GROUPBY",
+                "3",
+                "@user",
+                "@namespace",
+                "@kind",
+                "LIMIT",
+                "0",
+                "1000000",
+                "DIALECT",
+                "2",
+            ]))
+            .await?)?;
+        let (mut merged, mut removed) = (0, 0);
+        for row in array(&groups).iter().skip(1) {
+            let get = |f: &str| field(array(row), f).and_then(text);
+            let (Some(user), Some(namespace), Some(kind)) =
+                (get("user"), get("namespace"), get("kind"))
+            else {
+                continue;
+            };
+            let Some(kind) = Kind::parse(&kind) else {
+                continue;
+            };
+            let scope = Scope {
+                user,
+                namespace,
+                kind: Some(kind),
+                thread: None,
+            };
+            let done = store
+                .consolidate(
+                    &mut link,
+                    &scope,
+                    cfg.consolidate_threshold,
+                    false,
+                    cfg.consolidate_redis_share,
+                )
+                .await?;
+            merged += done.len() as u64;
+            removed += done.iter().map(|m| m.merged.len() as u64).sum::<u64>();
+        }
+        Ok((merged, removed))
+    }
+}
