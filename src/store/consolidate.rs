@@ -122,7 +122,7 @@ impl Store {
                         kind: Kind::parse(&m.kind),
                         thread: None,
                     };
-                    self.keys.knn_brief(&exact, NEIGHBOURS, &m.vector)
+                    self.keys.knn_brief_batches(&exact, NEIGHBOURS, &m.vector)
                 })
                 .collect();
             let started = std::time::Instant::now();

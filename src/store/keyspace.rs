@@ -179,10 +179,13 @@ impl Keyspace {
 
     /// KNN `k` within the scope (pre-filter in the same query), nearest first, up to LIMIT.
     fn knn_base(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        self.knn_with(scope, k, vector, &self.knn_policy)
+    }
+
+    fn knn_with(&self, scope: &Scope, k: usize, vector: &[f32], policy: &str) -> Spec {
         let query = format!(
-            "({})=>[KNN {k} @embedding $vec{} AS distance]",
-            scope.filter(),
-            self.knn_policy
+            "({})=>[KNN {k} @embedding $vec{policy} AS distance]",
+            scope.filter()
         );
         let k = k.to_string();
         let mut s = self.spec(query, &[]);
@@ -208,7 +211,16 @@ impl Keyspace {
     /// KNN `k` within the scope with only the distance and the scope fields (the raw side of
     /// `MODE auto`, which needs distances, not texts).
     pub fn knn_brief(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
-        let mut s = self.knn_base(scope, k, vector);
+        Self::brief(self.knn_base(scope, k, vector))
+    }
+
+    /// [`Keyspace::knn_brief`] searching the HNSW graph in batches and filtering (consolidation
+    /// asks once per memory of a scope: brute force over a large scope would make that N²).
+    pub fn knn_brief_batches(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        Self::brief(self.knn_with(scope, k, vector, " HYBRID_POLICY BATCHES"))
+    }
+
+    fn brief(mut s: Spec) -> Spec {
         s.extend(
             [
                 "RETURN",
