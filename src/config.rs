@@ -132,6 +132,17 @@ pub enum Sub {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Move the configured index, when memproxy refuses its schema, to one it accepts: wait,
+    /// baseline, build, verify, switch (resumes where an interrupted run stopped).
+    Migrate {
+        /// Return to the original index instead.
+        #[arg(long)]
+        rollback: bool,
+        /// Stop after this step (baseline, built or verified), as an interruption would: for
+        /// rehearsals and tests.
+        #[arg(long)]
+        stop_after: Option<String>,
+    },
     /// Re-embed every stored memory with this memproxy's model (--model), then stamp the index
     /// with it. Safe to interrupt: run it again to resume.
     Reembed,

@@ -24,6 +24,7 @@ pub mod export;
 pub mod http;
 pub mod mem;
 pub mod metrics;
+pub mod migrate;
 pub mod reembed;
 pub mod resp;
 pub mod server;

@@ -76,18 +76,39 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
             };
             eprintln!("export: {n} memories");
         }
-        Sub::Reembed => {
-            use std::io::IsTerminal;
-            let bar = std::io::stderr().is_terminal().then(|| {
-                let b = indicatif::ProgressBar::new(0);
-                b.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "reembed {bar:40} {pos}/{len} memories ({eta} left)",
-                    )
-                    .expect("template"),
+        Sub::Migrate {
+            rollback,
+            stop_after,
+        } => {
+            if rollback {
+                memproxy::migrate::rollback(&engine).await?;
+                eprintln!("migrate: rolled back to the original index");
+                return Ok(());
+            }
+            if let Some(s) = &stop_after {
+                anyhow::ensure!(
+                    memproxy::migrate::STEPS[..3].contains(&s.as_str()),
+                    "--stop-after takes baseline, built or verified"
                 );
-                b
-            });
+            }
+            let bar = progress_bar();
+            let mut report = |what: &str, done: usize, total: usize| match &bar {
+                Some(b) => {
+                    b.set_message(what.to_string());
+                    b.set_length(total as u64);
+                    b.set_position(done as u64);
+                }
+                None => eprintln!("migrate: {what}: {done}/{total}"),
+            };
+            let step =
+                memproxy::migrate::migrate(&engine, stop_after.as_deref(), &mut report).await?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            eprintln!("migrate: at step {step}");
+        }
+        Sub::Reembed => {
+            let bar = progress_bar();
             let mut last = 0;
             let done = memproxy::reembed::reembed(&engine, |examined, total| match &bar {
                 Some(b) => {
@@ -133,6 +154,19 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A progress bar when stderr is a terminal; `None`: plain progress lines.
+fn progress_bar() -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({eta} left)")
+                .expect("template"),
+        );
+        b
+    })
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {

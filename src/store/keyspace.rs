@@ -393,6 +393,18 @@ impl Keyspace {
     }
 }
 
+/// `s` with the glob characters of SCAN MATCH escaped.
+pub fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A vector as RediSearch's FLOAT32 blob (little-endian).
 pub fn vector_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -138,3 +138,137 @@ pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<(), 
         ))
     }
 }
+
+/// One attribute of FT.INFO as (key, value) pairs and flags, read token by token (flags such as
+/// `SORTABLE` or `CASESENSITIVE` stand alone, so the list is not a plain key-value list).
+fn attribute(a: &[Value]) -> (Vec<(String, String)>, Vec<String>) {
+    const VALUED: [&str; 14] = [
+        "identifier",
+        "attribute",
+        "type",
+        "weight",
+        "separator",
+        "algorithm",
+        "data_type",
+        "dim",
+        "distance_metric",
+        "m",
+        "ef_construction",
+        "ef_runtime",
+        "epsilon",
+        "phonetic",
+    ];
+    let (mut pairs, mut flags) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < a.len() {
+        let k = text(&a[i]).unwrap_or_default();
+        if VALUED.contains(&k.to_ascii_lowercase().as_str()) {
+            pairs.push((
+                k.to_ascii_lowercase(),
+                a.get(i + 1).and_then(text).unwrap_or_default(),
+            ));
+            i += 2;
+        } else {
+            flags.push(k.to_ascii_uppercase());
+            i += 1;
+        }
+    }
+    (pairs, flags)
+}
+
+fn attributes(info: &Value) -> Vec<(Vec<(String, String)>, Vec<String>)> {
+    field(array(info), "attributes")
+        .map(array)
+        .unwrap_or_default()
+        .iter()
+        .map(|a| attribute(array(a)))
+        .collect()
+}
+
+/// The dimension of the index's vector field, if it has one.
+pub fn vector_dim(info: &Value) -> Option<usize> {
+    attributes(info).iter().find_map(|(p, _)| {
+        let get = |k: &str| p.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str());
+        (get("type") == Some("VECTOR"))
+            .then(|| get("dim").and_then(|d| d.parse().ok()))
+            .flatten()
+    })
+}
+
+/// FT.CREATE arguments (after the command name) that make again the index FT.INFO describes, for
+/// the field types the guide's and memproxy's schemas use (TEXT, TAG, NUMERIC, VECTOR); the
+/// rollback of a migration recreates the original index with them.
+pub fn create_args_from_info(info: &Value, index: &str) -> Result<Vec<String>, String> {
+    let def = field(array(info), "index_definition")
+        .map(array)
+        .unwrap_or_default();
+    let key_type = field(def, "key_type").and_then(text).unwrap_or_default();
+    let prefixes: Vec<String> = field(def, "prefixes")
+        .map(array)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(text)
+        .collect();
+    let mut a: Vec<String> = vec![index.into(), "ON".into(), key_type, "PREFIX".into()];
+    a.push(prefixes.len().to_string());
+    a.extend(prefixes);
+    a.push("SCHEMA".into());
+    for (pairs, flags) in attributes(info) {
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .find(|(x, _)| x == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let ty = get("type");
+        a.extend([get("identifier"), "AS".into(), get("attribute"), ty.clone()]);
+        match ty.as_str() {
+            "TEXT" => {
+                let w = get("weight");
+                if !w.is_empty() && w != "1" {
+                    a.extend(["WEIGHT".into(), w]);
+                }
+            }
+            "TAG" => {
+                let sep = get("separator");
+                if !sep.is_empty() {
+                    a.extend(["SEPARATOR".into(), sep]);
+                }
+            }
+            "NUMERIC" => {}
+            "VECTOR" => {
+                let mut params = vec![
+                    "TYPE".to_string(),
+                    get("data_type"),
+                    "DIM".into(),
+                    get("dim"),
+                    "DISTANCE_METRIC".into(),
+                    get("distance_metric"),
+                ];
+                for (k, name) in [("m", "M"), ("ef_construction", "EF_CONSTRUCTION")] {
+                    let v = get(k);
+                    if !v.is_empty() && get("algorithm") == "HNSW" {
+                        params.extend([name.to_string(), v]);
+                    }
+                }
+                a.push(get("algorithm"));
+                a.push(params.len().to_string());
+                a.extend(params);
+                continue;
+            }
+            other => {
+                return Err(format!(
+                    "field {} has type {other}, which migrate cannot recreate",
+                    get("attribute")
+                ))
+            }
+        }
+        for f in flags {
+            if ["SORTABLE", "CASESENSITIVE", "NOSTEM", "NOINDEX"].contains(&f.as_str()) {
+                a.push(f);
+            }
+        }
+    }
+    Ok(a)
+}

@@ -1,0 +1,416 @@
+//! `memproxy migrate`: move an index memproxy refuses (another prefix, missing or mistyped fields,
+//! another metric) to one it accepts, without touching the guide's documents.
+//!
+//! The steps, each recorded in the hash `<index>:migration` (`step`) so that a run interrupted
+//! anywhere resumes where it stopped when run again:
+//! 1. **wait** until the source index has indexed everything;
+//! 2. **baseline**: its document count, a sample of 20 keys and its own FT.CREATE arguments
+//!    (rebuilt from FT.INFO, for the rollback) are saved in the hash;
+//! 3. **build**: documents under another prefix are copied (COPY, never overwriting) to the
+//!    configured prefix, and memproxy's index is created as `<index>.migrated` and waited for;
+//! 4. **verify**: the new index holds at least the baseline's count and every sampled document;
+//! 5. **switch**: the source index is dropped (its documents kept) and the configured name becomes
+//!    an alias of the new index (FT.ALIASADD), so every memproxy and the guide's code keep using
+//!    the same name.
+//!
+//! `--rollback` returns to the original: the alias removed, the source index created again from
+//! its saved arguments, the copies deleted, the new index dropped. A vector dimension change is
+//! refused (re-embedding into another dimension is not a migration of the index alone).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::engine::Engine;
+use crate::error::{MemError, MemResult};
+use crate::store::keyspace::cmd;
+use crate::store::schema;
+use crate::store::scripts::ok;
+use crate::store::value::{array, field, text};
+use crate::upstream::Link;
+
+/// Keys the baseline samples.
+const SAMPLE: usize = 20;
+/// Keys one COPY pipeline moves.
+const COPY_BATCH: usize = 200;
+
+/// The steps, in order.
+pub const STEPS: [&str; 4] = ["baseline", "built", "verified", "switched"];
+
+/// Progress reports: (what, done, total).
+pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
+
+struct Migration<'e> {
+    engine: &'e Engine,
+    link: Link,
+    index: String,
+    target: String,
+    state: String,
+}
+
+fn err(msg: impl Into<String>) -> MemError {
+    MemError::client(msg.into())
+}
+
+/// Run (or resume) the migration; returns the step it ended at. `stop_after` (tests and
+/// operators): stop after that step, as an interruption would.
+pub async fn migrate(
+    engine: &Engine,
+    stop_after: Option<&str>,
+    progress: Progress<'_>,
+) -> MemResult<String> {
+    let mut m = Migration::open(engine).await?;
+    loop {
+        let step = m.step().await?;
+        if step.as_deref() == Some("switched") {
+            return Ok("switched".into());
+        }
+        if let (Some(stop), Some(s)) = (stop_after, step.as_deref()) {
+            if stop == s {
+                return Ok(s.to_string());
+            }
+        }
+        match step.as_deref() {
+            None => m.baseline(progress).await?,
+            Some("baseline") => m.build(progress).await?,
+            Some("built") => m.verify().await?,
+            Some("verified") => m.switch().await?,
+            Some(other) => return Err(err(format!("unknown migration step '{other}'"))),
+        }
+    }
+}
+
+/// Undo a migration (finished or not).
+pub async fn rollback(engine: &Engine) -> MemResult<()> {
+    let mut m = Migration::open(engine).await?;
+    m.rollback().await
+}
+
+impl<'e> Migration<'e> {
+    async fn open(engine: &'e Engine) -> MemResult<Migration<'e>> {
+        let timeout = Duration::from_millis(engine.config().op_timeout_ms.max(30_000));
+        let link = engine.upstream_addr().admin(timeout).await?;
+        let index = engine.store.keys.index.clone();
+        Ok(Migration {
+            engine,
+            link,
+            target: format!("{index}.migrated"),
+            state: format!("{index}:migration"),
+            index,
+        })
+    }
+
+    async fn call(&mut self, args: &[&str]) -> MemResult<Value> {
+        ok(self.link.call1(cmd(args)).await?)
+    }
+
+    async fn get(&mut self, f: &str) -> MemResult<Option<String>> {
+        let state = self.state.clone();
+        Ok(text(&self.call(&["HGET", &state, f]).await?))
+    }
+
+    async fn set(&mut self, fields: &[(&str, &str)]) -> MemResult<()> {
+        let state = self.state.clone();
+        let mut args = vec!["HSET", state.as_str()];
+        for (k, v) in fields {
+            args.extend([*k, *v]);
+        }
+        self.call(&args).await.map(|_| ())
+    }
+
+    async fn step(&mut self) -> MemResult<Option<String>> {
+        self.get("step").await
+    }
+
+    async fn info(&mut self, index: &str) -> MemResult<Option<Value>> {
+        match self.call(&["FT.INFO", index]).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_missing_index() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Wait until `index` has indexed every document.
+    async fn indexed(&mut self, index: &str, progress: Progress<'_>) -> MemResult<()> {
+        loop {
+            let info = self
+                .info(index)
+                .await?
+                .ok_or_else(|| err(format!("index {index} is gone")))?;
+            let a = array(&info);
+            let pct: f64 = field(a, "percent_indexed")
+                .and_then(text)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(1.0);
+            let docs: usize = field(a, "num_docs")
+                .and_then(text)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            progress(
+                &format!("indexing {index} ({docs} documents)"),
+                (pct * 100.0) as usize,
+                100,
+            );
+            if pct >= 1.0 {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn baseline(&mut self, progress: Progress<'_>) -> MemResult<()> {
+        let cfg = self.engine.config();
+        let index = self.index.clone();
+        let info = self
+            .info(&index)
+            .await?
+            .ok_or_else(|| err(format!("there is no index {index} to migrate")))?;
+        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok() {
+            return Err(err(format!(
+                "index {index} already has memproxy's schema: nothing to migrate"
+            )));
+        }
+        let source = schema::create_args_from_info(&info, &index)
+            .map_err(|e| err(format!("cannot migrate {index}: {e}")))?;
+        if let Some(dim) = schema::vector_dim(&info) {
+            if dim != self.engine.store.dim() {
+                return Err(err(format!(
+                    "index {index} holds {dim}-dimensional vectors and the model makes {}: migrate does not re-embed into another dimension",
+                    self.engine.store.dim()
+                )));
+            }
+        }
+        self.indexed(&index, progress).await?;
+        let count = field(
+            array(&self.info(&index).await?.unwrap_or_default()),
+            "num_docs",
+        )
+        .and_then(text)
+        .unwrap_or_else(|| "0".into());
+        let sample = self
+            .call(&[
+                "FT.SEARCH",
+                &index,
+                "*",
+                "NOCONTENT",
+                "LIMIT",
+                "0",
+                &SAMPLE.to_string(),
+            ])
+            .await?;
+        let keys: Vec<String> = array(&sample).iter().skip(1).filter_map(text).collect();
+        let prefix = source_prefix(&info);
+        self.set(&[
+            (
+                "source_args",
+                &serde_json::to_string(&source).unwrap_or_default(),
+            ),
+            ("source_prefix", &prefix),
+            ("count", &count),
+            ("sample", &serde_json::to_string(&keys).unwrap_or_default()),
+            ("target", &self.target.clone()),
+            ("step", "baseline"),
+        ])
+        .await
+    }
+
+    async fn build(&mut self, progress: Progress<'_>) -> MemResult<()> {
+        let cfg = self.engine.config();
+        let prefix = cfg.mem_key_prefix.clone();
+        let source_prefix = self.get("source_prefix").await?.unwrap_or_default();
+        if source_prefix != prefix {
+            self.copy(&source_prefix, &prefix, progress).await?;
+        }
+        let target = self.target.clone();
+        if self.info(&target).await?.is_none() {
+            let mut create = vec!["FT.CREATE".to_string()];
+            create.extend(schema::create_args(
+                &target,
+                &prefix,
+                self.engine.store.dim(),
+            ));
+            let create: Vec<&str> = create.iter().map(String::as_str).collect();
+            self.call(&create).await?;
+        }
+        self.indexed(&target, progress).await?;
+        self.set(&[("step", "built")]).await
+    }
+
+    /// COPY every key under `from` to the same name under `to` (never overwriting), recording the
+    /// copies for the rollback.
+    async fn copy(&mut self, from: &str, to: &str, progress: Progress<'_>) -> MemResult<()> {
+        let copies = format!("{}:copies", self.state);
+        let total: usize = {
+            let index = self.index.clone();
+            field(
+                array(&self.info(&index).await?.unwrap_or_default()),
+                "num_docs",
+            )
+            .and_then(text)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+        };
+        let mut cursor = "0".to_string();
+        let mut done = 0;
+        loop {
+            let pattern = format!("{}*", crate::store::keyspace::glob_escape(from));
+            let page = self
+                .call(&["SCAN", &cursor, "MATCH", &pattern, "COUNT", "1000"])
+                .await?;
+            let a = array(&page);
+            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
+            let keys: Vec<String> = a
+                .get(1)
+                .map(array)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(text)
+                .collect();
+            for batch in keys.chunks(COPY_BATCH) {
+                let mut cmds = Vec::new();
+                for k in batch {
+                    let dest = format!("{to}{}", &k[from.len()..]);
+                    cmds.push(cmd(&["COPY", k, &dest]));
+                    cmds.push(cmd(&["SADD", &copies, &dest]));
+                }
+                for r in self.link.call(&cmds).await? {
+                    ok(r)?;
+                }
+                done += batch.len();
+                progress("copying", done, total.max(done));
+            }
+            if cursor == "0" {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn verify(&mut self) -> MemResult<()> {
+        let cfg = self.engine.config();
+        let target = self.target.clone();
+        let count: usize = self
+            .get("count")
+            .await?
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let info = self
+            .info(&target)
+            .await?
+            .ok_or_else(|| err(format!("index {target} is gone; run migrate --rollback")))?;
+        let got: usize = field(array(&info), "num_docs")
+            .and_then(text)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        if got < count {
+            return Err(err(format!(
+                "verification failed: {target} holds {got} documents, the baseline {count}; run migrate again, or migrate --rollback"
+            )));
+        }
+        let sample: Vec<String> = self
+            .get("sample")
+            .await?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        let source_prefix = self.get("source_prefix").await?.unwrap_or_default();
+        let keys: Vec<String> = sample
+            .iter()
+            .map(|k| {
+                format!(
+                    "{}{}",
+                    cfg.mem_key_prefix,
+                    &k[source_prefix.len().min(k.len())..]
+                )
+            })
+            .collect();
+        if !keys.is_empty() {
+            let n = keys.len().to_string();
+            let mut args = vec!["FT.SEARCH", target.as_str(), "*", "INKEYS", n.as_str()];
+            args.extend(keys.iter().map(String::as_str));
+            args.extend(["NOCONTENT", "LIMIT", "0", "0"]);
+            let found = self.call(&args).await?;
+            let found = array(&found)
+                .first()
+                .and_then(crate::store::value::int)
+                .unwrap_or(0);
+            if found as usize != keys.len() {
+                return Err(err(format!(
+                    "verification failed: {found} of the {} sampled documents are in {target}; run migrate --rollback",
+                    keys.len()
+                )));
+            }
+        }
+        self.set(&[("step", "verified")]).await
+    }
+
+    async fn switch(&mut self) -> MemResult<()> {
+        let (index, target) = (self.index.clone(), self.target.clone());
+        // Resumable: the source may already be dropped.
+        if let Some(info) = self.info(&index).await? {
+            let name = field(array(&info), "index_name")
+                .and_then(text)
+                .unwrap_or_default();
+            if name == index {
+                self.call(&["FT.DROPINDEX", &index]).await?;
+            }
+        }
+        if self.info(&index).await?.is_none() {
+            self.call(&["FT.ALIASADD", &index, &target]).await?;
+        }
+        self.set(&[("step", "switched")]).await?;
+        self.engine.store.index_lost();
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> MemResult<()> {
+        let (index, target) = (self.index.clone(), self.target.clone());
+        let Some(source) = self.get("source_args").await? else {
+            return Err(err(format!("no migration of {index} to roll back")));
+        };
+        let source: Vec<String> = serde_json::from_str(&source).unwrap_or_default();
+        if let Some(info) = self.info(&index).await? {
+            let name = field(array(&info), "index_name")
+                .and_then(text)
+                .unwrap_or_default();
+            if name != index {
+                self.call(&["FT.ALIASDEL", &index]).await?;
+            }
+        }
+        if self.info(&index).await?.is_none() {
+            let mut create = vec!["FT.CREATE"];
+            create.extend(source.iter().map(String::as_str));
+            self.call(&create).await?;
+        }
+        // The original index indexes its documents again in the background: wait for it.
+        self.indexed(&index, &mut |_, _, _| {}).await?;
+        if self.info(&target).await?.is_some() {
+            self.call(&["FT.DROPINDEX", &target]).await?;
+        }
+        let copies = format!("{}:copies", self.state);
+        loop {
+            let popped = self.call(&["SPOP", &copies, "500"]).await?;
+            let keys: Vec<String> = array(&popped).iter().filter_map(text).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut del = vec!["DEL"];
+            del.extend(keys.iter().map(String::as_str));
+            self.call(&del).await?;
+        }
+        let state = self.state.clone();
+        self.call(&["DEL", &state]).await?;
+        self.engine.store.index_lost();
+        Ok(())
+    }
+}
+
+fn source_prefix(info: &Value) -> String {
+    let def = field(array(info), "index_definition")
+        .map(array)
+        .unwrap_or_default();
+    field(def, "prefixes")
+        .map(array)
+        .unwrap_or_default()
+        .first()
+        .and_then(text)
+        .unwrap_or_default()
+}
