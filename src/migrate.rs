@@ -14,8 +14,9 @@
 //!    the same name.
 //!
 //! `--rollback` returns to the original: the alias removed, the source index created again from
-//! its saved arguments, the copies deleted, the new index dropped. A vector dimension change is
-//! refused (re-embedding into another dimension is not a migration of the index alone).
+//! its saved arguments, the copies deleted, the new index dropped. A source of another vector
+//! dimension is migrated by re-embedding the copies (step 3) with this memproxy's model, so it
+//! needs a configured prefix other than the source's (the source's documents stay as they were).
 
 use std::time::Duration;
 
@@ -172,10 +173,11 @@ impl<'e> Migration<'e> {
         }
         let source = schema::create_args_from_info(&info, &index)
             .map_err(|e| err(format!("cannot migrate {index}: {e}")))?;
+        let prefix = source_prefix(&info);
         if let Some(dim) = schema::vector_dim(&info) {
-            if dim != self.engine.store.dim() {
+            if dim != self.engine.store.dim() && prefix == cfg.mem_key_prefix {
                 return Err(err(format!(
-                    "index {index} holds {dim}-dimensional vectors and the model makes {}: migrate does not re-embed into another dimension",
+                    "index {index} holds {dim}-dimensional vectors and the model makes {}: the re-embedded copies need a prefix of their own (set --mem-key-prefix to a new prefix and run migrate again)",
                     self.engine.store.dim()
                 )));
             }
@@ -199,7 +201,6 @@ impl<'e> Migration<'e> {
             ])
             .await?;
         let keys: Vec<String> = array(&sample).iter().skip(1).filter_map(text).collect();
-        let prefix = source_prefix(&info);
         self.set(&[
             (
                 "source_args",
@@ -220,6 +221,7 @@ impl<'e> Migration<'e> {
         let source_prefix = self.get("source_prefix").await?.unwrap_or_default();
         if source_prefix != prefix {
             self.copy(&source_prefix, &prefix, progress).await?;
+            self.reembed_copies(progress).await?;
         }
         let target = self.target.clone();
         if self.info(&target).await?.is_none() {
@@ -279,6 +281,61 @@ impl<'e> Migration<'e> {
                 done += batch.len();
                 progress("copying", done, total.max(done));
             }
+            if cursor == "0" {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Copies whose vectors are not of the model's dimension (the source index had another)
+    /// are embedded again by this memproxy's model. Resumable: copies already of the right
+    /// dimension are skipped.
+    async fn reembed_copies(&mut self, progress: Progress<'_>) -> MemResult<()> {
+        let copies = format!("{}:copies", self.state);
+        let dim = self.engine.store.dim();
+        let total =
+            crate::store::value::int(&self.call(&["SCARD", &copies]).await?).unwrap_or(0) as usize;
+        let mut cursor = "0".to_string();
+        let mut done = 0;
+        loop {
+            let page = self
+                .call(&["SSCAN", &copies, &cursor, "COUNT", "200"])
+                .await?;
+            let a = array(&page);
+            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
+            let keys: Vec<String> = a
+                .get(1)
+                .map(array)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(text)
+                .collect();
+            let memories = self
+                .engine
+                .store
+                .read_memories(&mut self.link, &keys)
+                .await?;
+            let stale: Vec<_> = memories
+                .iter()
+                .filter(|m| m.embedding.len() != dim)
+                .collect();
+            let vectors = futures::future::join_all(
+                stale.iter().map(|m| self.engine.embedder.embed(&m.text)),
+            )
+            .await;
+            let mut writes = Vec::new();
+            for (m, v) in stale.iter().zip(vectors) {
+                let v = v.map_err(|e| MemError::Embedder(e.to_string()))?;
+                let json = serde_json::to_string(&v[..]).unwrap_or_default();
+                writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json]));
+            }
+            if !writes.is_empty() {
+                for r in self.link.call(&writes).await? {
+                    ok(r)?;
+                }
+            }
+            done += keys.len();
+            progress("re-embedding the copies", done, total.max(done));
             if cursor == "0" {
                 return Ok(());
             }

@@ -218,3 +218,103 @@ fn another_prefix_migrated_step_by_step_and_rolled_back() {
             .is_err()
     });
 }
+
+/// A source of another vector dimension: its documents are copied to the configured prefix and
+/// the copies re-embedded by memproxy's model; on the same prefix it is refused with the way out.
+#[test]
+fn another_dimension_is_reembedded_into_a_prefix_of_its_own() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let _: () = redis::cmd("FT.CREATE")
+        .arg(&[
+            "agentmem:idx",
+            "ON",
+            "JSON",
+            "PREFIX",
+            "1",
+            "old:",
+            "SCHEMA",
+            "$.text",
+            "AS",
+            "text",
+            "TEXT",
+            "$.user",
+            "AS",
+            "user",
+            "TAG",
+            "$.embedding",
+            "AS",
+            "embedding",
+            "VECTOR",
+            "FLAT",
+            "6",
+            "TYPE",
+            "FLOAT32",
+            "DIM",
+            "8",
+            "DISTANCE_METRIC",
+            "COSINE",
+        ])
+        .query(&mut d)
+        .unwrap();
+    let topics = ["sailing", "chess", "gardening", "jazz", "pottery"];
+    let mut p = redis::pipe();
+    for i in 0..500usize {
+        let doc = serde_json::json!({
+            "id": format!("o{i}"), "user": "ann", "namespace": "default", "kind": "semantic",
+            "source_thread": "", "text": format!("The user loves {} (note {i}).", topics[i % 5]),
+            "embedding": vec![0.125f32; 8], "created_ts": i as f64, "hit_count": 0,
+        });
+        p.cmd("JSON.SET")
+            .arg(format!("old:o{i}"))
+            .arg("$")
+            .arg(doc.to_string());
+    }
+    let _: () = p.query(&mut d).unwrap();
+    let url = redis.url();
+    // Same prefix: refused, nothing written.
+    let out = Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .args(["migrate", "--upstream", &url])
+        .env("MEMPROXY_DEPS", deps())
+        .env("MEMPROXY_MEM_KEY_PREFIX", "old:")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && log.contains("need a prefix of their own"),
+        "{log}"
+    );
+    assert_eq!(step(&mut d), None);
+
+    let (ok, log) = migrate(&url, &[]);
+    assert!(ok, "{log}");
+    assert_eq!(count(&mut d, "agent:mem:*"), 500);
+    let v: String = redis::cmd("JSON.GET")
+        .arg("agent:mem:o3")
+        .arg("$.embedding")
+        .query(&mut d)
+        .unwrap();
+    let v: Vec<Vec<f32>> = serde_json::from_str(&v).unwrap();
+    assert_eq!(v[0].len(), 384);
+    let old: String = redis::cmd("JSON.GET")
+        .arg("old:o3")
+        .arg("$.embedding")
+        .query(&mut d)
+        .unwrap();
+    assert!(old.starts_with("[[0.125"), "the source is untouched: {old}");
+    let proxy = Proxy::start(&url, |_| {});
+    let mut con = proxy.client();
+    let hits = q(
+        &mut con,
+        &[
+            "MEM.RECALL",
+            "Does the user play board games?",
+            "USER",
+            "ann",
+            "K",
+            "3",
+        ],
+    );
+    let top = as_str(get(&items(&hits)[0], "text"));
+    assert!(top.contains("chess"), "{top}");
+}
