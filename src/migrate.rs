@@ -1,5 +1,6 @@
 //! `memproxy migrate`: move an index memproxy refuses (another prefix, missing or mistyped fields,
-//! another metric) to one it accepts, without touching the guide's documents.
+//! another metric or dimension), or the guide's own schema (scope tags without CASESENSITIVE), to
+//! memproxy's, without touching the guide's documents.
 //!
 //! The steps, each recorded in the hash `<index>:migration` (`step`) so that a run interrupted
 //! anywhere resumes where it stopped when run again:
@@ -166,7 +167,11 @@ impl<'e> Migration<'e> {
             .info(&index)
             .await?
             .ok_or_else(|| err(format!("there is no index {index} to migrate")))?;
-        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok() {
+        // The guide's own schema passes the check (memproxy compares scopes exactly itself), but
+        // its scope tags match case-insensitively: migrating it gives memproxy's exact index.
+        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok()
+            && schema::scope_tags_case_sensitive(&info)
+        {
             return Err(err(format!(
                 "index {index} already has memproxy's schema: nothing to migrate"
             )));

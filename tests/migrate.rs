@@ -318,3 +318,95 @@ fn another_dimension_is_reembedded_into_a_prefix_of_its_own() {
     let top = as_str(get(&items(&hits)[0], "text"));
     assert!(top.contains("chess"), "{top}");
 }
+
+/// The guide's own schema on memproxy's prefix: accepted as it is (memproxy compares scopes
+/// exactly), and migrated on request to an index whose scope tags are CASESENSITIVE, over the
+/// same documents (no copies).
+#[test]
+fn the_guides_schema_is_upgraded_in_place() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let _: () = redis::cmd("FT.CREATE")
+        .arg(&[
+            "agentmem:idx",
+            "ON",
+            "JSON",
+            "PREFIX",
+            "1",
+            "agent:mem:",
+            "SCHEMA",
+            "$.text",
+            "AS",
+            "text",
+            "TEXT",
+            "$.user",
+            "AS",
+            "user",
+            "TAG",
+            "$.namespace",
+            "AS",
+            "namespace",
+            "TAG",
+            "$.kind",
+            "AS",
+            "kind",
+            "TAG",
+            "$.source_thread",
+            "AS",
+            "source_thread",
+            "TAG",
+            "$.created_ts",
+            "AS",
+            "created_ts",
+            "NUMERIC",
+            "SORTABLE",
+            "$.hit_count",
+            "AS",
+            "hit_count",
+            "NUMERIC",
+            "SORTABLE",
+            "$.embedding",
+            "AS",
+            "embedding",
+            "VECTOR",
+            "HNSW",
+            "6",
+            "TYPE",
+            "FLOAT32",
+            "DIM",
+            "384",
+            "DISTANCE_METRIC",
+            "COSINE",
+        ])
+        .query(&mut d)
+        .unwrap();
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    q(
+        &mut con,
+        &[
+            "MEM.REMEMBER",
+            "The user is allergic to peanuts.",
+            "USER",
+            "Ann",
+        ],
+    );
+    let (ok, log) = migrate(&redis.url(), &[]);
+    assert!(ok, "{log}");
+    assert_eq!(count(&mut d, "agent:mem:*"), 1, "no copies");
+    let info: Value = redis::cmd("FT.INFO")
+        .arg("agentmem:idx")
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(as_str(get(&info, "index_name")), "agentmem:idx.migrated");
+    let user = items(get(&info, "attributes"))
+        .iter()
+        .find(|a| as_str(get(a, "attribute")) == "user")
+        .map(|a| format!("{a:?}"))
+        .unwrap();
+    assert!(user.contains("CASESENSITIVE"), "{user}");
+    let hits = q(&mut con, &["MEM.RECALL", "food allergies?", "USER", "Ann"]);
+    assert_eq!(items(&hits).len(), 1);
+    let (ok, log) = migrate(&redis.url(), &[]);
+    assert!(ok && log.contains("at step switched"), "{log}");
+}

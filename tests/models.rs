@@ -93,3 +93,52 @@ fn another_model_is_refused_until_reembed() {
     assert!(ok, "{log}");
     assert!(log.contains("3 memories examined, 0 re-embedded"), "{log}");
 }
+
+/// 10,000 memories written by some other model (random vectors): all re-embedded in one run.
+#[test]
+fn ten_thousand_memories_reembedded() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    q(&mut proxy.client(), &["MEM.INFO"]); // the index exists
+    for chunk in (0..10_000u64).collect::<Vec<_>>().chunks(500) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            p.add_command(plant_cmd(
+                &format!("r{i}"),
+                "ann",
+                "default",
+                "semantic",
+                &random_unit(i),
+                i as f64,
+                0,
+            ));
+        }
+        let _: () = p.query(&mut d).unwrap();
+    }
+    wait_indexed(&mut d);
+    let started = std::time::Instant::now();
+    let (ok, log) = reembed(&redis.url(), &deps().join("model/all-MiniLM-L6-v2"));
+    eprintln!("reembed of 10,000 memories: {:?}", started.elapsed());
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("10000 memories examined, 10000 re-embedded"),
+        "{log}"
+    );
+    // The stored vector is now the model's embedding of the memory's text.
+    let stored: String = redis::cmd("JSON.GET")
+        .arg("agent:mem:r4242")
+        .arg("$.embedding")
+        .query(&mut d)
+        .unwrap();
+    let stored: Vec<Vec<f64>> = serde_json::from_str(&stored).unwrap();
+    let model: Vec<f64> = items(&q(
+        &mut proxy.client(),
+        &["MEM.EMBED", "planted memory r4242"],
+    ))
+    .iter()
+    .map(as_f64)
+    .collect();
+    let dot: f64 = stored[0].iter().zip(&model).map(|(a, b)| a * b).sum();
+    assert!(dot > 0.99999, "cosine {dot}");
+}

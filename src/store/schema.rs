@@ -272,3 +272,15 @@ pub fn create_args_from_info(info: &Value, index: &str) -> Result<Vec<String>, S
     }
     Ok(a)
 }
+
+/// Whether the scope tags (user, namespace, source_thread) match case-sensitively, as in the
+/// indexes memproxy creates (the guide's do not; memproxy then checks scopes exactly itself).
+pub fn scope_tags_case_sensitive(info: &Value) -> bool {
+    let attrs = attributes(info);
+    ["user", "namespace", "source_thread"].iter().all(|name| {
+        attrs.iter().any(|(pairs, flags)| {
+            pairs.iter().any(|(k, v)| k == "attribute" && v == name)
+                && flags.iter().any(|f| f == "CASESENSITIVE")
+        })
+    })
+}
