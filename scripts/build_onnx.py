@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write an fp32 ONNX graph of sentence-transformers/all-MiniLM-L6-v2 from its model.safetensors.
 
-No torch: the BERT encoder is spelled out with the `onnx` helper API in standard ops (opset 17):
+No torch: the BERT encoder is spelled out with the `onnx` helper API in standard ops (opset 12, the
+form ONNX Runtime's extended level fuses back into Attention, LayerNormalization and BiasGelu):
 embeddings + LayerNorm (eps from config.json), N post-LN encoder layers, exact-erf GELU, then mean
 pooling over the attention mask and L2 normalisation, so the graph outputs `sentence_embedding`
 [batch, hidden] directly. Inputs: input_ids, attention_mask, token_type_ids (int64 [batch, seq]).
@@ -58,6 +59,8 @@ def main(model_dir, out_path):
     hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     head_dim, eps = hidden // heads, cfg["layer_norm_eps"]
     g = Graph()
+    two = g.const("two", np.array(2.0, np.float32))
+    epsilon = g.const("layer_norm_eps", np.array(eps, np.float32))
 
     def linear(x, prefix):
         # torch Linear stores [out, in]; MatMul wants [in, out].
@@ -66,29 +69,41 @@ def main(model_dir, out_path):
         return g.op("Add", [g.op("MatMul", [x, wt]), b])
 
     def layer_norm(x, prefix):
+        # Spelled out (opset 12 has no LayerNormalization op); ONNX Runtime fuses it back into one.
+        mean = g.op("ReduceMean", [x], axes=[-1])
+        d = g.op("Sub", [x, mean])
+        var = g.op("ReduceMean", [g.op("Pow", [d, two])], axes=[-1])
+        normed = g.op("Div", [d, g.op("Sqrt", [g.op("Add", [var, epsilon])])])
         scale = g.const(prefix + ".weight", w[prefix + ".weight"])
         bias = g.const(prefix + ".bias", w[prefix + ".bias"])
-        return g.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=eps)
+        return g.op("Add", [g.op("Mul", [normed, scale]), bias])
 
     # Embeddings: word + position + token type, then LayerNorm.
     word = g.op("Gather", [g.const("word_embeddings", w["embeddings.word_embeddings.weight"]), "input_ids"])
-    seq_len = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_i64", np.array(1, np.int64))], axis=0)
-    positions = g.op("Range", [g.const("zero_i64", np.array(0, np.int64)), seq_len,
-                               g.const("step_i64", np.array(1, np.int64))])
-    pos = g.op("Gather", [g.const("position_embeddings", w["embeddings.position_embeddings.weight"]), positions])
+    # Position embeddings: the first seq_len rows of the table. Every index here is a 1-D tensor:
+    # ONNX Runtime's extended level shares equal constants across shapes, so a scalar index (the
+    # usual Shape -> Gather(1) -> Range spelling) was turned into a 2-D Slice start and failed.
+    seq_len = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const("one_1d", np.array([1], np.int64)),
+                             g.const("two_1d", np.array([2], np.int64))])
+    pos = g.op("Slice", [g.const("position_embeddings", w["embeddings.position_embeddings.weight"]),
+                         g.const("zero_1d", np.array([0], np.int64)), seq_len,
+                         g.const("axis0_1d", np.array([0], np.int64))])
     typ = g.op("Gather", [g.const("token_type_embeddings", w["embeddings.token_type_embeddings.weight"]),
                           "token_type_ids"])
     h = layer_norm(g.op("Add", [g.op("Add", [word, pos]), typ]), "embeddings.LayerNorm")
 
     # Additive attention mask [batch, 1, 1, seq]: 0 where attended, -1e4 on padding (as BERT).
+    # Spelled as BERT's exporters spell it (Unsqueeze 1, Unsqueeze 2, Cast, 1 - m, * -1e4), the shape
+    # ONNX Runtime's attention fusion looks for.
     mask_f = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
     one = g.const("one_f", np.array(1.0, np.float32))
-    ext = g.op("Mul", [g.op("Sub", [one, mask_f]), g.const("neg_big", np.array(-10000.0, np.float32))])
-    ext = g.op("Unsqueeze", [ext, g.const("axes_1_2", np.array([1, 2], np.int64))])
+    m4 = g.op("Unsqueeze", [g.op("Unsqueeze", ["attention_mask"], axes=[1])], axes=[2])
+    ext = g.op("Mul", [g.op("Sub", [one, g.op("Cast", [m4], to=TensorProto.FLOAT)]),
+                       g.const("neg_big", np.array(-10000.0, np.float32))])
 
     split_shape = g.const("split_heads", np.array([0, 0, heads, head_dim], np.int64))
     merge_shape = g.const("merge_heads", np.array([0, 0, hidden], np.int64))
-    scale = g.const("attn_scale", np.array(1.0 / math.sqrt(head_dim), np.float32))
+    scale = g.const("attn_scale", np.array(math.sqrt(head_dim), np.float32))
     sqrt2 = g.const("sqrt2", np.array(math.sqrt(2.0), np.float32))
     half = g.const("half", np.array(0.5, np.float32))
 
@@ -102,8 +117,8 @@ def main(model_dir, out_path):
         q = heads_of("query", [0, 2, 1, 3])
         k = heads_of("key", [0, 2, 3, 1])
         v = heads_of("value", [0, 2, 1, 3])
-        scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, k]), scale]), ext])
-        ctx = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
+        scores = g.op("Add", [g.op("Div", [g.op("MatMul", [q, k]), scale]), ext])
+        ctx = g.op("MatMul", [g.op("Softmax", [scores], axis=3), v])
         ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), merge_shape])
         h1 = layer_norm(g.op("Add", [linear(ctx, f"{p}.attention.output.dense"), h]),
                         f"{p}.attention.output.LayerNorm")
@@ -113,13 +128,11 @@ def main(model_dir, out_path):
         h = layer_norm(g.op("Add", [linear(gelu, f"{p}.output.dense"), h1]), f"{p}.output.LayerNorm")
 
     # Mean pooling over attended tokens, then L2 normalisation.
-    m3 = g.op("Unsqueeze", [mask_f, g.const("axes_2", np.array([2], np.int64))])
-    axis1 = g.const("axis_1", np.array([1], np.int64))
-    summed = g.op("ReduceSum", [g.op("Mul", [h, m3]), axis1], keepdims=0)
-    count = g.op("Max", [g.op("ReduceSum", [m3, axis1], keepdims=0), g.const("min_count", np.array(1e-9, np.float32))])
+    m3 = g.op("Unsqueeze", [mask_f], axes=[2])
+    summed = g.op("ReduceSum", [g.op("Mul", [h, m3])], axes=[1], keepdims=0)
+    count = g.op("Max", [g.op("ReduceSum", [m3], axes=[1], keepdims=0), g.const("min_count", np.array(1e-9, np.float32))])
     mean = g.op("Div", [summed, count])
-    norm = g.op("Sqrt", [g.op("ReduceSum", [g.op("Mul", [mean, mean]), g.const("axis_last", np.array([1], np.int64))],
-                               keepdims=1)])
+    norm = g.op("Sqrt", [g.op("ReduceSum", [g.op("Mul", [mean, mean])], axes=[1], keepdims=1)])
     norm = g.op("Max", [norm, g.const("min_norm", np.array(1e-12, np.float32))])
     g.nodes.append(helper.make_node("Div", [mean, norm], ["sentence_embedding"]))
 
@@ -127,7 +140,7 @@ def main(model_dir, out_path):
             for n in ("input_ids", "attention_mask", "token_type_ids")]
     out = helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])
     graph = helper.make_graph(g.nodes, "all-MiniLM-L6-v2", ints, [out], initializer=g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)],
                               producer_name="memproxy-build-onnx")
     model.ir_version = 8
     onnx.checker.check_model(model)

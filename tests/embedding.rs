@@ -38,14 +38,26 @@ fn mem_embed(con: &mut redis::Connection, text: &str) -> Vec<f32> {
 }
 
 fn load(dir: &str) -> onnx::OnnxModel {
+    load_with(dir, 1, 2048)
+}
+
+fn load_with(dir: &str, optimization: u8, batch_tokens: usize) -> onnx::OnnxModel {
     let cfg = Config::default();
     let opts = onnx::Options {
         library: cfg.ort_library(),
         intra_threads: 2,
-        optimization: 1,
+        optimization,
         spinning: false,
+        batch_tokens,
     };
     onnx::OnnxModel::load(&deps().join("model").join(dir), &opts).unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
 }
 
 #[test]
@@ -125,12 +137,30 @@ fn batch_equals_one_by_one() {
     let batch = m.embed(&texts).unwrap();
     for (t, b) in texts.iter().zip(&batch) {
         let one = &m.embed(&[t]).unwrap()[0];
-        let max = one
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
+        let max = max_abs_diff(one, b);
         assert!(max <= 1e-5, "batch differs by {max} for {t:?}");
+    }
+}
+
+/// The fp32 graph is written so that ONNX Runtime's extended and all levels fuse it (Attention,
+/// LayerNormalization, BiasGelu); every level gives the reference vectors within 1e-5 per
+/// component, in one batch of mixed lengths cut into runs by a small token budget.
+#[test]
+fn every_optimisation_level_gives_the_reference_vectors() {
+    let refs = references();
+    let texts: Vec<&str> = refs.iter().map(|r| r.text.as_str()).collect();
+    for level in [0u8, 1, 2, 3] {
+        let mut m = load_with("all-MiniLM-L6-v2", level, 64);
+        assert_eq!(m.optimization(), level, "the graph runs at level {level}");
+        let got = m.embed(&texts).unwrap();
+        for (r, g) in refs.iter().zip(&got) {
+            let max = max_abs_diff(g, &r.embedding);
+            assert!(
+                max <= 1e-5,
+                "level {level}: differs by {max} for {:?}",
+                &r.text[..r.text.len().min(60)]
+            );
+        }
     }
 }
 

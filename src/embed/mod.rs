@@ -82,6 +82,7 @@ impl Embedder {
             intra_threads: threads,
             optimization: cfg.embed_graph_optimization,
             spinning: cfg.embed_spinning,
+            batch_tokens: cfg.embed_batch_tokens,
         };
         let load_dir = dir.clone();
         let factory: worker::Factory = Arc::new(move || {

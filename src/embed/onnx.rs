@@ -5,6 +5,12 @@
 //! output decides the pooling: rank 2 is taken as sentence embeddings; rank 3 (token embeddings) is
 //! mean-pooled over the attention mask. Either way the result is L2-normalised and its dimension is
 //! read from the model.
+//!
+//! A call's texts are tokenised, sorted by length and cut into runs ([`plan_runs`]: least padding
+//! plus per-run overhead, at most `batch_tokens` padded tokens a run), so a long text does not make
+//! every short one in its batch pay for its padding.
+//! A graph that fails at the configured optimisation level (ONNX Runtime's higher levels rewrite
+//! some exports into graphs that cannot run) is loaded again at the basic level, with a warning.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -15,7 +21,7 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
 
-use super::tokenize::TextTokenizer;
+use super::tokenize::{plan_runs, Batch, TextTokenizer, Tokens};
 use super::{normalize, EmbedError, Model};
 
 pub struct Options {
@@ -23,6 +29,8 @@ pub struct Options {
     pub intra_threads: usize,
     pub optimization: u8,
     pub spinning: bool,
+    /// Most padded tokens (rows × longest) in one model run.
+    pub batch_tokens: usize,
 }
 
 pub struct OnnxModel {
@@ -30,6 +38,8 @@ pub struct OnnxModel {
     tokenizer: TextTokenizer,
     inputs: Vec<String>,
     dim: usize,
+    batch_tokens: usize,
+    optimization: u8,
 }
 
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
@@ -55,12 +65,26 @@ fn environment(library: &Path) -> Result<&'static Environment, EmbedError> {
 
 impl OnnxModel {
     pub fn load(dir: &Path, opts: &Options) -> Result<OnnxModel, EmbedError> {
+        match Self::load_at(dir, opts, opts.optimization) {
+            Err(EmbedError::Run(e)) if opts.optimization > 1 => {
+                tracing::warn!(
+                    level = opts.optimization,
+                    error = %e,
+                    "the graph does not run at this optimisation level; loading it at level 1"
+                );
+                Self::load_at(dir, opts, 1)
+            }
+            other => other,
+        }
+    }
+
+    fn load_at(dir: &Path, opts: &Options, optimization: u8) -> Result<OnnxModel, EmbedError> {
         let env = environment(&opts.library)?;
         let file = dir.join("model.onnx");
         if !file.exists() {
             return Err(EmbedError::Load(format!("{} not found", file.display())));
         }
-        let level = match opts.optimization {
+        let level = match optimization {
             0 => GraphOptimizationLevel::Disable,
             1 => GraphOptimizationLevel::Level1,
             2 => GraphOptimizationLevel::Level2,
@@ -95,14 +119,42 @@ impl OnnxModel {
             tokenizer,
             inputs,
             dim: 0,
+            batch_tokens: opts.batch_tokens.max(1),
+            optimization,
         };
-        // The dimension is whatever the model produces.
-        model.dim = model.run(&["dimension probe"])?[0].len();
+        // The dimension is whatever the model produces; a batch of two texts of different
+        // lengths also proves padding runs at this level.
+        model.dim = model.run(&["dimension probe", "a longer dimension probe sentence"])?[0].len();
         Ok(model)
     }
 
+    /// The graph optimisation level the session was built at (lower than configured when the
+    /// graph failed at that level).
+    pub fn optimization(&self) -> u8 {
+        self.optimization
+    }
+
+    /// Embed `texts` in runs of similar length, each within the token budget; results in order.
     fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let b = self.tokenizer.encode(texts)?;
+        let toks = texts
+            .iter()
+            .map(|t| self.tokenizer.tokens(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut order: Vec<usize> = (0..toks.len()).collect();
+        order.sort_by_key(|&i| toks[i].len());
+        let lens: Vec<usize> = order.iter().map(|&i| toks[i].len()).collect();
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); toks.len()];
+        for run in plan_runs(&lens, self.batch_tokens) {
+            let rows: Vec<&Tokens> = order[run.clone()].iter().map(|&i| &toks[i]).collect();
+            let b = Batch::pad(&rows, self.tokenizer.pad_id());
+            for (&i, v) in order[run].iter().zip(self.run_batch(&b)?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    fn run_batch(&mut self, b: &Batch) -> Result<Vec<Vec<f32>>, EmbedError> {
         let shape = [b.rows as i64, b.cols as i64];
         let err = |e: ort::Error| EmbedError::Run(e.to_string());
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(3);
