@@ -1,8 +1,10 @@
 //! Model threads, dynamic batching, and their supervision.
 //!
 //! Each worker owns one model (an ORT session) on a dedicated OS thread, never on the tokio
-//! reactor. A free worker takes everything queued, up to `max_batch`, and runs it as one batch;
-//! it waits up to `max_wait` for more only when that is configured. Results go to the cache and
+//! reactor. A free worker takes everything queued, up to `max_batch`, and runs it as one batch.
+//! When fewer are queued than its last batch had, it waits up to `max_wait` for that many: the
+//! callers just answered are sending their next texts, and a batch of one costs almost as much
+//! model time as a batch of eight short texts. A lone sequential caller never waits. Results go to the cache and
 //! to every caller waiting for that text.
 //!
 //! Failures stay with the requests they hit: a panicking model run fails its batch and the worker
@@ -137,6 +139,7 @@ impl Pool {
     }
 
     fn work(&self, mut model: Box<dyn Model>, me: &Worker) {
+        let mut last_batch = 0;
         while !me.retired.load(Ordering::Relaxed) {
             let Ok(first) = self.rx.recv() else { return };
             let mut jobs = vec![first];
@@ -147,15 +150,18 @@ impl Pool {
                     Err(_) => break,
                 }
             }
-            if !b.max_wait.is_zero() {
+            // The callers of the last batch are likely sending their next texts right now: wait
+            // (at most max_wait) until as many are queued. A lone sequential caller never waits.
+            if !b.max_wait.is_zero() && jobs.len() < last_batch {
                 let deadline = Instant::now() + b.max_wait;
-                while jobs.len() < b.max_batch {
+                while jobs.len() < last_batch.min(b.max_batch) {
                     match self.rx.recv_deadline(deadline) {
                         Ok(j) => jobs.push(j),
                         Err(_) => break,
                     }
                 }
             }
+            last_batch = jobs.len();
             let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             if let Some(h) = self.batch_sizes.get() {
