@@ -4,10 +4,16 @@
 
 #![allow(dead_code)]
 
+use std::borrow::Cow;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use memproxy::embed::tokenize::{plan_runs, Batch, TextTokenizer, Tokens};
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue};
+use ort::value::Tensor;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -200,4 +206,98 @@ pub fn duration_from_env(name: &str, default_secs: f64) -> Duration {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default_secs),
     )
+}
+
+/// A plain ONNX Runtime session on the model file, fed as a user would feed it.
+pub struct Raw {
+    pub session: Session,
+    pub tok: TextTokenizer,
+}
+
+impl Raw {
+    pub fn run(&mut self, b: &Batch) {
+        let shape = [b.rows as i64, b.cols as i64];
+        let feed: Vec<(Cow<str>, SessionInputValue)> = vec![
+            (
+                "input_ids".into(),
+                Tensor::from_array((shape, b.ids.clone())).unwrap().into(),
+            ),
+            (
+                "attention_mask".into(),
+                Tensor::from_array((shape, b.mask.clone())).unwrap().into(),
+            ),
+            (
+                "token_type_ids".into(),
+                Tensor::from_array((shape, b.type_ids.clone()))
+                    .unwrap()
+                    .into(),
+            ),
+        ];
+        let out = self.session.run(feed).unwrap();
+        let (_, data) = out[0].try_extract_tensor::<f32>().unwrap();
+        // Sentence embeddings, or token embeddings (a graph without pooling): 384 wide either way.
+        assert!(!data.is_empty() && data.len().is_multiple_of(b.rows * 384));
+    }
+
+    /// One batch as given (padded to its longest), or sorted by length and cut into runs as
+    /// memproxy cuts them (`plan_runs`, at most `budget` padded tokens a run).
+    pub fn embed(&mut self, texts: &[String], sorted: Option<usize>) {
+        let mut toks: Vec<Tokens> = texts.iter().map(|t| self.tok.tokens(t).unwrap()).collect();
+        let pad = self.tok.pad_id();
+        match sorted {
+            None => self.run(&Batch::pad(&toks.iter().collect::<Vec<_>>(), pad)),
+            Some(budget) => {
+                toks.sort_by_key(|t| t.len());
+                let lens: Vec<usize> = toks.iter().map(|t| t.len()).collect();
+                for run in plan_runs(&lens, budget) {
+                    let rows: Vec<&Tokens> = toks[run].iter().collect();
+                    self.run(&Batch::pad(&rows, pad));
+                }
+            }
+        }
+    }
+}
+
+/// The model directory the benchmarks use: EMBED_MODEL, else the bundled fp32 graph.
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| deps().join("model/all-MiniLM-L6-v2"))
+}
+
+/// A raw session on [`model_dir`]: `level` 1 or 3, `threads` intra-op threads.
+pub fn raw_session(
+    env: &ort::environment::Environment,
+    level: u8,
+    spinning: bool,
+    threads: usize,
+) -> Raw {
+    let dir = model_dir();
+    let opt = if level == 1 {
+        GraphOptimizationLevel::Level1
+    } else {
+        GraphOptimizationLevel::All
+    };
+    let session = Session::builder(env)
+        .unwrap()
+        .with_optimization_level(opt)
+        .unwrap()
+        .with_intra_threads(threads)
+        .unwrap()
+        .with_intra_op_spinning(spinning)
+        .unwrap()
+        .commit_from_file(dir.join("model.onnx"))
+        .unwrap();
+    Raw {
+        session,
+        tok: TextTokenizer::load(&dir).unwrap(),
+    }
+}
+
+/// ONNX Runtime, loaded from the deps dir.
+pub fn ort_env() -> ort::environment::Environment {
+    ort::init_from(deps().join("lib/libonnxruntime.so"))
+        .unwrap()
+        .build()
+        .unwrap()
 }

@@ -4,7 +4,12 @@
 //! questions recall anything, cross-user leaks (must be 0) and MEM.RECALL p50 beside MEM.EMBED
 //! p50 of the same questions.
 //!
+//! It also prints the cosine distances of the guide's walkthrough pairs (tests/data) beside the
+//! published fp32 figures, so another model can be held against them.
+//!
 //! usage: cargo build --release && cargo bench --bench recall
+//!        RECALL_MODEL=<model dir or id> for another model (every proxy gets `--model`), e.g.
+//!        RECALL_MODEL=~/.cache/memproxy/model/all-MiniLM-L6-v2-int8
 
 #[path = "common.rs"]
 mod common;
@@ -45,11 +50,26 @@ fn text(v: Option<&Value>) -> String {
     }
 }
 
+/// `--model` for RECALL_MODEL, with `rest` after it.
+fn proxy_args<'a>(model: &'a Option<String>, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = model.iter().flat_map(|m| ["--model", m.as_str()]).collect();
+    v.extend_from_slice(rest);
+    v
+}
+
 fn main() {
     let data = std::fs::read_to_string(root().join("bench/data/recall-eval.tsv")).unwrap();
+    let model = std::env::var("RECALL_MODEL").ok();
     let (_redis, rport) = start_redis(&[]);
-    let (_proxy, mport) = start_memproxy(rport, &[]);
+    let (_proxy, mport) = start_memproxy(rport, &proxy_args(&model, &[]));
     let mut con = connect(mport);
+    println!(
+        "# recall with {}",
+        model
+            .as_deref()
+            .unwrap_or("the default model (all-MiniLM-L6-v2 fp32)")
+    );
+    guide_distances(&mut con);
     let mut d = connect(rport);
     // fact id → memory id, and memory id → (user, fact id)
     let mut ids: HashMap<String, String> = HashMap::new();
@@ -160,7 +180,7 @@ fn main() {
     // MEM.RECALL with the default settings on a fresh proxy (every question embedded by the
     // model): the figure to hold against MEM.EMBED's p50.
     {
-        let (_fresh, fport) = start_memproxy(rport, &[]);
+        let (_fresh, fport) = start_memproxy(rport, &proxy_args(&model, &[]));
         let mut fresh = connect(fport);
         let mut lat = Vec::new();
         for a in &asks {
@@ -185,7 +205,10 @@ fn main() {
     // A second proxy on the same Redis with the recency gain off.
     let conf = std::env::temp_dir().join(format!("memproxy-recall-{}.toml", std::process::id()));
     std::fs::write(&conf, "recall_recency_weight = 0.0\n").unwrap();
-    let (_plain, pport) = start_memproxy(rport, &["--config", conf.to_str().unwrap()]);
+    let (_plain, pport) = start_memproxy(
+        rport,
+        &proxy_args(&model, &["--config", conf.to_str().unwrap()]),
+    );
     let mut plain = connect(pport);
     for (name, opts) in configs {
         let con = if opts == ["NORECENCY"] {
@@ -244,6 +267,42 @@ fn main() {
             noise[1],
             unrelated[1],
             pct(&lat, 0.5)
+        );
+    }
+}
+
+/// The guide's walkthrough probes against its seed memories: this model's cosine distance beside
+/// the published fp32 figure.
+fn guide_distances(con: &mut redis::Connection) {
+    let embed = |con: &mut redis::Connection, t: &str| -> Vec<f64> {
+        redis::cmd("MEM.EMBED").arg(t).query(con).unwrap()
+    };
+    let tsv = |name: &str| -> Vec<Vec<String>> {
+        std::fs::read_to_string(root().join("tests/data").join(name))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect()
+    };
+    let seeds: Vec<(String, Vec<f64>)> = tsv("redis-docs-seed-memories.tsv")
+        .into_iter()
+        .map(|r| (r[1].clone(), embed(con, &r[1])))
+        .collect();
+    println!("\n| guide probe | nearest seed | distance | published (fp32) |");
+    println!("| --- | --- | --- | --- |");
+    for p in tsv("seed-demo-probes.tsv") {
+        let q = embed(con, &p[0]);
+        let (text, d) = seeds
+            .iter()
+            .map(|(t, v)| (t, 1.0 - q.iter().zip(v).map(|(a, b)| a * b).sum::<f64>()))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap();
+        println!(
+            "| {} | {} | {d:.4} | {} |",
+            p[0],
+            &text[..text.len().min(40)],
+            p[2]
         );
     }
 }
