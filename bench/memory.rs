@@ -3,7 +3,9 @@
 //! 10k and 100k memories in the index (loaded with pipelined JSON.SET of computed vectors); and
 //! Redis memory per stored memory.
 //!
-//! usage: cargo bench --bench memory   (BENCH_SECONDS per cell, default 3; MAX_MEMORIES, default 100000)
+//! usage: cargo bench --bench memory   (BENCH_SECONDS per cell, default 3; MAX_MEMORIES, default
+//!        100000, 1000000 adds the 1M row (about 15 GiB of Redis memory); SCALE_ONLY=1 skips the
+//!        throughput cells)
 
 #[path = "common.rs"]
 mod common;
@@ -66,7 +68,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let (_redis, rport) = start_redis(&[]);
-    let (_proxy, mport) = start_memproxy(rport, &[]);
+    // BENCH_CONFIG: a memproxy config file to try instead of the defaults.
+    let config = std::env::var("BENCH_CONFIG").ok();
+    let extra: Vec<&str> = config
+        .iter()
+        .flat_map(|c| ["--config", c.as_str()])
+        .collect();
+    let (_proxy, mport) = start_memproxy(rport, &extra);
     let mut direct = connect(rport);
     let mut con = connect(mport);
     let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap(); // creates the index
@@ -83,6 +91,7 @@ fn main() {
         .collect();
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut loaded = 0usize;
+    // Every bulk memory is user "bench"'s; user "few" owns 50 of them (a selective scope).
     let mut load_to = |target: usize, direct: &mut redis::Connection| {
         while loaded < target {
             let mut pipe = redis::pipe();
@@ -94,7 +103,7 @@ fn main() {
                 let v32: Vec<f32> = v.iter().map(|x| *x as f32).collect();
                 let id = format!("{:012x}", 0xb000_0000_0000u64 + loaded as u64);
                 let doc = serde_json::json!({
-                    "id": id, "user": "bench", "namespace": "default", "kind": "semantic", "source_thread": "",
+                    "id": id, "user": if loaded % 20 == 0 && loaded < 1000 { "few" } else { "bench" }, "namespace": "default", "kind": "semantic", "source_thread": "",
                     "text": sentence(loaded), "embedding": v32, "created_ts": 1.7e9 + loaded as f64, "hit_count": 0
                 });
                 pipe.cmd("JSON.SET")
@@ -117,7 +126,12 @@ fn main() {
         "{:<34} {:>7} {:>10} {:>9} {:>9}",
         "what (1k memories in the index)", "clients", "ops/s", "p50_ms", "p99_ms"
     );
-    for clients in [1usize, 8, 32] {
+    let clients_cells: &[usize] = if std::env::var_os("SCALE_ONLY").is_some() {
+        &[]
+    } else {
+        &[1, 8, 32]
+    };
+    for &clients in clients_cells {
         for (what, verb) in [
             ("embed (MEM.EMBED)", "MEM.EMBED"),
             ("MEM.REMEMBER", "MEM.REMEMBER"),
@@ -150,15 +164,16 @@ fn main() {
 
     println!();
     println!(
-        "{:<10} {:>13} {:>13} {:>15} {:>19} {:>8}",
+        "{:<10} {:>13} {:>13} {:>15} {:>19} {:>21} {:>8}",
         "memories",
         "recall_p50_ms",
         "embed_p50_ms",
         "recall-embed_ms",
         "cached_recall_p50",
+        "cached, 50-memory user",
         "load_s"
     );
-    for size in [1_000usize, 10_000, 100_000]
+    for size in [1_000usize, 10_000, 100_000, 1_000_000]
         .into_iter()
         .filter(|s| *s <= max)
     {
@@ -167,7 +182,8 @@ fn main() {
         let load_s = t.elapsed().as_secs_f64();
         // Embed and recall interleaved on one connection, so the machine's noise hits both alike;
         // the cached recall repeats a text already embedded (the search alone).
-        let (mut emb, mut rec, mut cached) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut emb, mut rec, mut cached, mut few) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let start = std::time::Instant::now();
         let mut i = 0;
         while start.elapsed() < dur * 2 {
@@ -178,27 +194,30 @@ fn main() {
                 out.push(t.elapsed());
             };
             time(&mut emb, redis::cmd("MEM.EMBED").arg(format!("{text} e")));
-            let recall = || {
+            let recall = |user: &str| {
                 let mut c = redis::cmd("MEM.RECALL");
-                c.arg(&text).arg("USER").arg("bench");
+                c.arg(&text).arg("USER").arg(user);
                 c
             };
-            // The same recall twice: first with a fresh text, then with its embedding cached.
-            time(&mut rec, &mut recall());
-            time(&mut cached, &mut recall());
+            // The same recall twice: first with a fresh text, then with its embedding cached;
+            // then the same text in the selective scope.
+            time(&mut rec, &mut recall("bench"));
+            time(&mut cached, &mut recall("bench"));
+            time(&mut few, &mut recall("few"));
             i += 1;
         }
-        for v in [&mut emb, &mut rec, &mut cached] {
+        for v in [&mut emb, &mut rec, &mut cached, &mut few] {
             v.sort();
         }
         let (r, e) = (pct(&rec, 0.5), pct(&emb, 0.5));
         println!(
-            "{:<10} {:>13.3} {:>13.3} {:>15.3} {:>19.3} {:>8.1}",
+            "{:<10} {:>13.3} {:>13.3} {:>15.3} {:>19.3} {:>21.3} {:>8.1}",
             size,
             r,
             e,
             r - e,
             pct(&cached, 0.5),
+            pct(&few, 0.5),
             load_s
         );
     }

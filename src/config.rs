@@ -210,8 +210,10 @@ pub struct Config {
     pub max_turns: usize,
     pub events_max_len: usize,
     pub default_k: usize,
-    /// How RediSearch combines the scope filter with KNN: `auto` (its planner), `batches` (HNSW
-    /// in batches, then filter) or `adhoc_bf` (brute force over the filtered set).
+    /// How RediSearch combines the scope filter with KNN: `adaptive` (memproxy counts the scope,
+    /// stopping at 1,000: brute force up to there, HNSW batches above), `auto` (RediSearch's
+    /// planner), `batches` (HNSW in batches, then filter) or `adhoc_bf` (brute force over the
+    /// filtered set).
     pub recall_hybrid_policy: String,
     /// Budget of one MEM.* upstream operation (pipeline or transaction).
     pub op_timeout_ms: u64,
@@ -300,7 +302,7 @@ impl Default for Config {
             max_turns: 20,
             events_max_len: 1000,
             default_k: 5,
-            recall_hybrid_policy: "auto".into(),
+            recall_hybrid_policy: "adaptive".into(),
             op_timeout_ms: 2_000,
             max_text_bytes: 64 * 1024,
             bind_scope_to_acl_user: false,
@@ -470,11 +472,13 @@ impl Config {
                 format!("{} is not in 1..=1000", self.default_k),
             );
         }
-        if !["auto", "batches", "adhoc_bf"].contains(&self.recall_hybrid_policy.as_str()) {
+        if !["adaptive", "auto", "batches", "adhoc_bf"]
+            .contains(&self.recall_hybrid_policy.as_str())
+        {
             return bad(
                 "recall_hybrid_policy",
                 format!(
-                    "{:?} is not auto, batches or adhoc_bf",
+                    "{:?} is not adaptive, auto, batches or adhoc_bf",
                     self.recall_hybrid_policy
                 ),
             );

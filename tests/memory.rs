@@ -800,3 +800,100 @@ fn default_recall_finds_indirect_questions_and_nothing_else() {
         assert!(as_f64(get(&hits[0], "score")) > as_f64(get(&hits[1], "score")));
     }
 }
+
+/// `recall_hybrid_policy = "adaptive"` (the default) counts the scope in the script and picks
+/// brute force for a small scope and HNSW batches for one above 1,000 memories. Both branches must
+/// find the same nearest memory as an exact search would, and the marker must never reach
+/// RediSearch (it would answer a syntax error).
+#[test]
+fn adaptive_policy_finds_the_nearest_in_small_and_large_scopes() {
+    let mut con = shared().proxy.client();
+    let mut d = direct(&shared().redis);
+    let ns = format!("adaptive-{}", std::process::id());
+    let mut p = redis::pipe();
+    for i in 0..1_100u64 {
+        p.add_command(plant_cmd(
+            &format!("adaptive{i:05}"),
+            "crowd",
+            &ns,
+            "semantic",
+            &random_unit(9_000 + i),
+            1.7e9,
+            0,
+        ))
+        .ignore();
+    }
+    for i in 0..3u64 {
+        p.add_command(plant_cmd(
+            &format!("adaptsolo{i}"),
+            "solo",
+            &ns,
+            "semantic",
+            &random_unit(19_000 + i),
+            1.7e9,
+            0,
+        ))
+        .ignore();
+    }
+    let _: () = p.query(&mut d).unwrap();
+    let fact = "The user keeps two beehives on the roof of the office.";
+    for user in ["crowd", "solo"] {
+        remember(
+            &mut con,
+            fact,
+            &["USER", user, "NS", &ns, "KIND", "semantic"],
+        );
+    }
+    wait_indexed(&mut d);
+    // The large scope really is above the brute-force limit, the small one below.
+    for (user, large) in [("crowd", true), ("solo", false)] {
+        let n: Vec<Value> = redis::cmd("FT.AGGREGATE")
+            .arg("agentmem:idx")
+            .arg(format!(
+                "@user:{{{user}}} @namespace:{{{}}}",
+                ns.replace('-', "\\-")
+            ))
+            .arg(&["LOAD", "0", "LIMIT", "1000", "1", "DIALECT", "2"][..])
+            .query(&mut d)
+            .unwrap();
+        let n = match &n[0] {
+            Value::Int(n) => *n,
+            other => panic!("count {other:?}"),
+        };
+        assert_eq!(n > 1000, large, "{user}: {n} memories counted");
+    }
+    for user in ["crowd", "solo"] {
+        let hits = recall(
+            &mut con,
+            "Where does the user keep bees?",
+            &[
+                "USER",
+                user,
+                "NS",
+                &ns,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "2",
+                "K",
+                "3",
+            ],
+        );
+        assert_eq!(
+            texts(&hits).first().map(String::as_str),
+            Some(fact),
+            "{user}"
+        );
+        assert_eq!(hits.len(), 3, "{user}: K candidates from the scope");
+        let auto = recall(
+            &mut con,
+            "Where does the user keep bees?",
+            &["USER", user, "NS", &ns],
+        );
+        assert_eq!(
+            texts(&auto).first().map(String::as_str),
+            Some(fact),
+            "{user} (auto)"
+        );
+    }
+}

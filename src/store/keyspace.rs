@@ -114,7 +114,9 @@ impl Scope {
 /// Key names and index name, from the configured prefixes.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
-    /// ` HYBRID_POLICY …` for KNN with a filter, or empty to let RediSearch choose.
+    /// ` HYBRID_POLICY …` for KNN with a filter, or empty to let RediSearch choose. `ADAPTIVE` is
+    /// memproxy's own: the scripts' `search()` (lua/prelude.lua) replaces it after counting the
+    /// scope; every KNN spec built here runs through it.
     pub knn_policy: String,
     pub index: String,
     pub mem_prefix: String,

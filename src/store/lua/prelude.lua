@@ -32,9 +32,43 @@ local function read_spec(i)
   return read_spec_in(A, i)
 end
 
+-- `recall_hybrid_policy = "adaptive"`: a KNN query carrying ` HYBRID_POLICY ADAPTIVE` gets
+-- ADHOC_BF when its scope filter matches at most SCOPE_BRUTE_FORCE memories and BATCHES above.
+-- The count stops there (FT.AGGREGATE … LIMIT n 1 reads n + 1 matches at most, ~0.1 ms), and is
+-- kept for the rest of the script. RediSearch 2.10's own choice brute-forces a scope that holds
+-- most of a large index (28 ms at 100k); BATCHES on a small scope of a large index is worse (72 ms).
+-- If the count fails (e.g. the ACL user may not run FT.AGGREGATE), RediSearch chooses.
+local SCOPE_BRUTE_FORCE = 1000
+local scope_sizes = {}
+local function adapt_policy(args)
+  local q = args[2]
+  local s, e = string.find(q or '', ' HYBRID_POLICY ADAPTIVE', 1, true)
+  if not s then return args end
+  local filter = string.match(q, '^%((.*)%)=>%[KNN ')
+  local policy = ''
+  if filter then
+    local key = args[1] .. '\0' .. filter
+    local n = scope_sizes[key]
+    if n == nil then
+      local r = redis.pcall('FT.AGGREGATE', args[1], filter, 'LOAD', '0',
+        'LIMIT', tostring(SCOPE_BRUTE_FORCE), '1', 'DIALECT', '2')
+      n = (type(r) == 'table' and not r.err and tonumber(r[1])) or false
+      scope_sizes[key] = n
+    end
+    if n then
+      policy = n > SCOPE_BRUTE_FORCE and ' HYBRID_POLICY BATCHES' or ' HYBRID_POLICY ADHOC_BF'
+    end
+  end
+  local out = {}
+  for i, a in ipairs(args) do out[i] = a end
+  out[2] = string.sub(q, 1, s - 1) .. policy .. string.sub(q, e + 1)
+  return out
+end
+
 -- Run FT.SEARCH; returns {'ok', total, rows} with rows {key, pttl, score, {field, value, …}},
 -- or {'err', message}. Never raises, so one failing side of a hybrid recall does not fail both.
 local function search(args)
+  args = adapt_policy(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
   if type(r) == 'table' and r.err then return {'err', r.err} end
   local withscores, nocontent = false, false
