@@ -96,6 +96,15 @@ pub fn start_memproxy(redis_port: u16, extra: &[&str]) -> (Proc, u16) {
     (Proc(child), port)
 }
 
+/// [`start_memproxy`] with the config file named by BENCH_CONFIG, if set (settings to try instead
+/// of the defaults).
+pub fn start_memproxy_bench_config(redis_port: u16) -> (Proc, u16) {
+    match std::env::var("BENCH_CONFIG") {
+        Ok(c) => start_memproxy(redis_port, &["--config", &c]),
+        Err(_) => start_memproxy(redis_port, &[]),
+    }
+}
+
 /// Resident memory of a process, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -5,7 +5,7 @@
 //!
 //! usage: cargo bench --bench memory   (BENCH_SECONDS per cell, default 3; MAX_MEMORIES, default
 //!        100000, 1000000 adds the 1M row (about 15 GiB of Redis memory); SCALE_ONLY=1 skips the
-//!        throughput cells)
+//!        throughput cells; BENCH_CONFIG, a memproxy config file to try instead of the defaults)
 
 #[path = "common.rs"]
 mod common;
@@ -68,13 +68,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let (_redis, rport) = start_redis(&[]);
-    // BENCH_CONFIG: a memproxy config file to try instead of the defaults.
-    let config = std::env::var("BENCH_CONFIG").ok();
-    let extra: Vec<&str> = config
-        .iter()
-        .flat_map(|c| ["--config", c.as_str()])
-        .collect();
-    let (_proxy, mport) = start_memproxy(rport, &extra);
+    let (_proxy, mport) = start_memproxy_bench_config(rport);
     let mut direct = connect(rport);
     let mut con = connect(mport);
     let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap(); // creates the index

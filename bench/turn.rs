@@ -3,7 +3,8 @@
 //! same Redis and model file, in one run. The baseline's virtualenv (redis-py, onnxruntime from the
 //! cached wheel, tokenizers, numpy) is made in the deps dir on first use.
 //!
-//! usage: cargo bench --bench turn   (BENCH_SECONDS per cell, default 5)
+//! usage: cargo build --release && cargo bench --bench turn   (BENCH_SECONDS per cell, default 5;
+//!        BENCH_CONFIG, a memproxy config file to try instead of the defaults)
 
 #[path = "common.rs"]
 mod common;
@@ -48,13 +49,7 @@ fn main() {
     let dur = duration_from_env("BENCH_SECONDS", 5.0);
     let py = python();
     let (_redis, rport) = start_redis(&[]);
-    // BENCH_CONFIG: a memproxy config file to try instead of the defaults.
-    let config = std::env::var("BENCH_CONFIG").ok();
-    let extra: Vec<&str> = config
-        .iter()
-        .flat_map(|c| ["--config", c.as_str()])
-        .collect();
-    let (_proxy, mport) = start_memproxy(rport, &extra);
+    let (_proxy, mport) = start_memproxy_bench_config(rport);
     let mut con = connect(mport);
     let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap();
     for (i, s) in (0..200).map(|i| (i, sentence(i + 5000))) {
