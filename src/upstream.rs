@@ -409,8 +409,12 @@ impl Link {
                     self.pushes.extend_from_slice(&push);
                 }
                 Some((len, false)) => {
-                    let v = redis::parse_redis_value(&self.buf[..len])
-                        .map_err(|e| format!("unreadable reply: {e}"))?;
+                    let frame = &self.buf[..len];
+                    let v = match crate::resp::value::decode(frame) {
+                        Some(v) => v,
+                        None => redis::parse_redis_value(frame)
+                            .map_err(|e| format!("unreadable reply: {e}"))?,
+                    };
                     self.buf.advance(len);
                     return Ok(normalize(v));
                 }

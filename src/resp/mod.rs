@@ -3,7 +3,8 @@
 //! - [`request`]: request framing (multibulk and inline) that finds frame boundaries and argument
 //!   offsets without copying, so ordinary requests are forwarded as their original bytes.
 //! - [`scan`]: reply scanning (RESP2 and RESP3) that finds where each upstream reply ends and whether
-//!   it is a push; replies are never decoded.
+//!   it is a push; forwarded replies are never decoded.
+//! - [`value`]: decoding one complete reply that memproxy reads itself (its scripts' results).
 //! - [`reply`]: the values MEM.* answer with, encoded in the protocol the connection negotiated.
 //!
 //! `redis-protocol` 6 is not used for framing: its RESP3 decoder reads RESP2 nulls as streamed
@@ -14,6 +15,7 @@
 pub mod reply;
 pub mod request;
 pub mod scan;
+pub mod value;
 
 pub use reply::{Protocol, Reply};
 pub use request::{parse_request, Framer, Parsed, Request};

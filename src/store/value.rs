@@ -44,10 +44,20 @@ pub fn flat(v: &Value) -> Vec<Value> {
     }
 }
 
+/// Whether `v` is the string `name` (compared without building a `String`).
+fn is_name(v: &Value, name: &str) -> bool {
+    match v {
+        Value::BulkString(b) => b == name.as_bytes(),
+        Value::SimpleString(s) => s == name,
+        Value::VerbatimString { text, .. } => text == name,
+        _ => false,
+    }
+}
+
 /// Value of `name` in a flat `name, value, …` array.
 pub fn field<'a>(flat: &'a [Value], name: &str) -> Option<&'a Value> {
     flat.chunks(2)
-        .find(|p| p.len() == 2 && text(&p[0]).as_deref() == Some(name))
+        .find(|p| p.len() == 2 && is_name(&p[0], name))
         .map(|p| &p[1])
 }
 
