@@ -189,6 +189,56 @@ fn noauth_and_noperm_come_before_any_model_run() {
 }
 
 #[test]
+fn a_trusted_connection_asks_redis_nothing_before_the_model_runs() {
+    // Commands Redis ran for this client's upstream connection (script calls count their own).
+    let name = unique("trust");
+    let mut w = as_user("writer");
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(&name)
+        .query(&mut w)
+        .unwrap();
+    let mut d = admin();
+    let mut upstream_cmds = || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut d).unwrap();
+        let line = list
+            .lines()
+            .find(|l| l.contains(&format!(" name={name} ")))
+            .expect("the client's upstream connection");
+        line.split(' ')
+            .find_map(|f| f.strip_prefix("tot-cmds="))
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let mut recall_cost = |w: &mut redis::Connection, text: &str| {
+        let before = upstream_cmds();
+        let _: Vec<Value> = redis::cmd("MEM.RECALL")
+            .arg(text)
+            .arg("USER")
+            .arg(unique("nobody"))
+            .query(w)
+            .unwrap();
+        // CLIENT LIST itself is not this connection's.
+        upstream_cmds() - before
+    };
+    // Before any MEM.* has passed, a text the model must run for costs the rights check first.
+    let untrusted = recall_cost(&mut w, &unique("first question"));
+    let fresh = unique("second question");
+    let trusted = recall_cost(&mut w, &fresh);
+    let cached = recall_cost(&mut w, &fresh);
+    assert!(untrusted > cached, "untrusted {untrusted}, cached {cached}");
+    assert_eq!(trusted, cached, "a trusted fresh recall adds no check");
+    // AUTH again: the trust is gone, the check is back.
+    let _: () = redis::cmd("AUTH")
+        .arg("writer")
+        .arg("writerpw")
+        .query(&mut w)
+        .unwrap();
+    assert!(recall_cost(&mut w, &unique("third question")) > cached);
+}
+
+#[test]
 fn selected_database_is_respected() {
     let mut w = as_user("writer");
     q(&mut w, &["SELECT", "3"]);

@@ -20,25 +20,48 @@ impl Embed {
         Ok(Embed { text })
     }
 
-    pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
-        let v = embed(engine, link, &self.text, &[]).await?;
+    pub async fn apply(self, engine: &Engine, link: &mut Link, trusted: bool) -> MemResult<Reply> {
+        let v = embed(engine, link, &self.text, Precheck::unless(trusted, &[])).await?;
         Ok(Reply::Array(
             v.iter().map(|x| Reply::Double(*x as f64)).collect(),
         ))
     }
 }
 
-/// Embed through the engine's embedder, mapping its errors for replies. When the model has to
-/// run, the client's rights for what will follow (`rights`, plus running scripts at all) are
-/// checked first on its own connection: Redis's NOAUTH / NOPERM come before any model run.
+/// What to ask Redis before the model runs for a text that is not cached.
+pub enum Precheck<'a> {
+    /// The client's rights for what will follow (plus running scripts at all): Redis's NOAUTH /
+    /// NOPERM come before any model run.
+    Rights(&'a [Spec]),
+    /// Nothing: an earlier MEM.* on this connection got past Redis's authentication (the same
+    /// trust under which queued MEM.* are embedded ahead of their turn), and what follows reads
+    /// only; the script still checks the rights before it touches anything.
+    Skip,
+}
+
+impl<'a> Precheck<'a> {
+    /// Skip the round trip for a trusted connection, else check `rights`.
+    pub fn unless(trusted: bool, rights: &'a [Spec]) -> Precheck<'a> {
+        if trusted {
+            Precheck::Skip
+        } else {
+            Precheck::Rights(rights)
+        }
+    }
+}
+
+/// Embed through the engine's embedder, mapping its errors for replies; when the model has to
+/// run, `precheck` says what Redis is asked first on the client's own connection.
 pub async fn embed(
     engine: &Engine,
     link: &mut Link,
     text: &str,
-    rights: &[Spec],
+    precheck: Precheck<'_>,
 ) -> MemResult<crate::embed::Vector> {
-    if !engine.embedder.cache().contains(text) {
-        engine.store.precheck(link, rights).await?;
+    if let Precheck::Rights(rights) = precheck {
+        if !engine.embedder.cache().contains(text) {
+            engine.store.precheck(link, rights).await?;
+        }
     }
     engine
         .embedder

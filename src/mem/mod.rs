@@ -132,9 +132,9 @@ impl Command {
                 Ok(Reply::Status("PONG"))
             }
             Command::Help => Ok(catalog::help()),
-            Command::Embed(c) => c.apply(engine, link).await,
+            Command::Embed(c) => c.apply(engine, link, client.trusted).await,
             Command::Remember(c) => c.apply(engine, link).await,
-            Command::Recall(c) => c.apply(engine, link).await,
+            Command::Recall(c) => c.apply(engine, link, client.trusted).await,
             Command::Forget(c) => c.apply(engine, link, client).await,
             Command::Consolidate(c) => c.apply(engine, link).await,
             Command::List(c) => c.apply(engine, link).await,

@@ -1,7 +1,7 @@
 //! MEM.RECALL: memories of a scope, by meaning, by keyword, or both fused.
 
 use super::args::{Args, Opt};
-use super::embed::embed;
+use super::embed::{embed, Precheck};
 use super::hit;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -122,7 +122,7 @@ impl RecallCmd {
         })
     }
 
-    pub async fn apply(self, engine: &Engine, link: &mut Link) -> MemResult<Reply> {
+    pub async fn apply(self, engine: &Engine, link: &mut Link, trusted: bool) -> MemResult<Reply> {
         // Keyword recall needs no embedding; hybrid recall whose embedding fails (overloaded,
         // timed out, model error) answers with its keyword side, marked `keyword`.
         let mut mode = self.opts.mode;
@@ -130,7 +130,14 @@ impl RecallCmd {
             Retrieval::Keyword => None,
             _ => {
                 let rights = engine.store.keys.rights_read();
-                match embed(engine, link, &self.query, &rights).await {
+                match embed(
+                    engine,
+                    link,
+                    &self.query,
+                    Precheck::unless(trusted, &rights),
+                )
+                .await
+                {
                     Ok(v) => Some(v),
                     Err(e) if mode == Retrieval::Hybrid && e.fault() == Fault::Embedder => {
                         tracing::warn!(error = %e, "hybrid recall: no embedding, answering with the keyword side");

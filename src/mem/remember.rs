@@ -1,7 +1,7 @@
 //! MEM.REMEMBER: write a memory, or bump the near-identical one already there.
 
 use super::args::{Args, Opt};
-use super::embed::embed;
+use super::embed::{embed, Precheck};
 use super::hit;
 use crate::engine::Engine;
 use crate::error::MemResult;
@@ -97,7 +97,7 @@ impl Remember {
             .store
             .keys
             .rights_remember(&engine.store.keys.memory("0"));
-        let vector = embed(engine, link, &self.text, &rights).await?;
+        let vector = embed(engine, link, &self.text, Precheck::Rights(&rights)).await?;
         let m = NewMemory {
             text: &self.text,
             scope: &self.scope,

@@ -1,7 +1,7 @@
 //! MEM.TURN: one agent step — record the turn, recall what matters, remember what was said.
 
 use super::args::{Args, Opt};
-use super::embed::embed;
+use super::embed::{embed, Precheck};
 use super::hit;
 use super::recall::{RecallOpts, RECALL_OPTS};
 use super::remember::kind_ttl;
@@ -68,7 +68,7 @@ impl TurnCmd {
         let cfg = engine.config();
         let keys = &engine.store.keys;
         let rights = keys.rights_turn(&self.thread, &keys.memory("0"));
-        let vector = embed(engine, link, &self.content, &rights).await?;
+        let vector = embed(engine, link, &self.content, Precheck::Rights(&rights)).await?;
         // The turn's memory is written with its thread as source; recall looks across threads.
         let write_scope = Scope {
             thread: Some(self.thread.clone()),
