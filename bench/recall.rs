@@ -61,7 +61,13 @@ fn main() {
     let data = std::fs::read_to_string(root().join("bench/data/recall-eval.tsv")).unwrap();
     let model = std::env::var("RECALL_MODEL").ok();
     let (_redis, rport) = start_redis(&[]);
-    let (_proxy, mport) = start_memproxy(rport, &proxy_args(&model, &[]));
+    // BENCH_CONFIG: settings to try instead of the defaults (the main proxy's only).
+    let bench_config = std::env::var("BENCH_CONFIG").ok();
+    let main_args: Vec<&str> = bench_config
+        .iter()
+        .flat_map(|c| ["--config", c.as_str()])
+        .collect();
+    let (_proxy, mport) = start_memproxy(rport, &proxy_args(&model, &main_args));
     let mut con = connect(mport);
     println!(
         "# recall with {}",

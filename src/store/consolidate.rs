@@ -126,6 +126,7 @@ impl Store {
                 })
                 .collect();
             let started = std::time::Instant::now();
+            let specs: Vec<_> = specs.iter().map(|s| (s, false)).collect();
             let results = self.search(link, &specs).await?;
             breathe(started.elapsed()).await;
             for (&i, result) in chunk.iter().zip(&results) {

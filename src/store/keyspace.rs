@@ -210,14 +210,21 @@ impl Keyspace {
         Self::with_return(self.knn_base(scope, k, vector), &["distance"])
     }
 
-    /// KNN `k` within the scope with only the distance and the scope fields (the raw side of
-    /// `MODE auto`, which needs distances, not texts).
-    pub fn knn_brief(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
-        Self::brief(self.knn_base(scope, k, vector))
+    /// KNN `k` within the scope with only the distance and the id (the raw side of `MODE auto`,
+    /// which gives distances to the ranked side's hits; every returned field costs Redis time).
+    pub fn knn_distances(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        let mut s = self.knn_base(scope, k, vector);
+        s.extend(
+            ["RETURN", "2", "distance", "id", "DIALECT", "2"]
+                .iter()
+                .map(|a| a.as_bytes().to_vec()),
+        );
+        s
     }
 
-    /// [`Keyspace::knn_brief`] searching the HNSW graph in batches and filtering (consolidation
-    /// asks once per memory of a scope: brute force over a large scope would make that N²).
+    /// KNN `k` within the scope with the distance and the scope fields, searching the HNSW graph
+    /// in batches and filtering (consolidation asks once per memory of a scope: brute force over
+    /// a large scope would make that N²).
     pub fn knn_brief_batches(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
         Self::brief(self.knn_with(scope, k, vector, " HYBRID_POLICY BATCHES"))
     }

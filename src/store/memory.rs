@@ -330,7 +330,10 @@ impl Store {
         }
         if let (Retrieval::Auto, Some(ranking)) = (r.mode, &r.ranking) {
             let c = r.k.max(self.config().recall_candidates);
-            specs.push((Retrieval::Vector, self.keys.knn_brief(r.scope, c, r.vector)));
+            specs.push((
+                Retrieval::Vector,
+                self.keys.knn_distances(r.scope, c, r.vector),
+            ));
             specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, &ranking.vector)));
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
@@ -346,8 +349,7 @@ impl Store {
         if specs.is_empty() {
             return Ok(Vec::new());
         }
-        let only: Vec<Spec> = specs.iter().map(|(_, s)| s.clone()).collect();
-        indexed!(self, self.recall_once(link, r, &specs, &only).await)
+        indexed!(self, self.recall_once(link, r, &specs).await)
     }
 
     async fn recall_once(
@@ -355,10 +357,19 @@ impl Store {
         link: &mut Link,
         r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
-        only: &[Spec],
     ) -> MemResult<Vec<Hit>> {
-        let results = self.search(link, only).await?;
+        let sides: Vec<(&Spec, bool)> = specs
+            .iter()
+            .map(|(side, s)| (s, Self::needs_ttl(r, *side)))
+            .collect();
+        let results = self.search(link, &sides).await?;
         self.fuse(r, specs, &results)
+    }
+
+    /// Whether the rows of a recall side need their TTLs: all but the raw side of `MODE auto`,
+    /// which only gives distances to the ranked side's hits.
+    pub(crate) fn needs_ttl(r: &Recall<'_>, side: Retrieval) -> bool {
+        !(r.mode == Retrieval::Auto && side == Retrieval::Vector)
     }
 
     /// Turn the raw search results into hits: thresholded vector hits, keyword hits, or their
@@ -373,7 +384,13 @@ impl Store {
         let mut keyword_hits = None;
         let mut ranked_hits = None;
         for ((side, _), result) in specs.iter().zip(results) {
-            let parsed = self.parse_search(result, *side, r.scope);
+            // The raw side of `MODE auto` carries distances only (no scope fields to check): it
+            // is only read for the ranked side's hits, which are checked, and for the gate.
+            let parsed = if Self::needs_ttl(r, *side) {
+                self.parse_search(result, *side, r.scope)
+            } else {
+                self.parse_rows(result, *side)
+            };
             match (side, parsed) {
                 (Retrieval::Vector, Ok(hits)) => {
                     vector_hits = Some(
@@ -484,6 +501,13 @@ impl Store {
         side: Retrieval,
         scope: &Scope,
     ) -> MemResult<Vec<Hit>> {
+        let mut hits = self.parse_rows(v, side)?;
+        hits.retain(|h| scope.matches(&h.user, &h.namespace, &h.kind, h.source_thread.as_deref()));
+        Ok(hits)
+    }
+
+    /// [`Store::parse_search`] without the exact scope check.
+    fn parse_rows(&self, v: &Value, side: Retrieval) -> MemResult<Vec<Hit>> {
         let a = array(v);
         match a.first().and_then(text).as_deref() {
             Some("ok") => {}
@@ -494,11 +518,7 @@ impl Store {
             _ => return Err(MemError::Internal(format!("search script replied {v:?}"))),
         }
         let rows = a.get(2).map(array).unwrap_or_default();
-        Ok(rows
-            .iter()
-            .map(|row| self.hit(array(row), side))
-            .filter(|h| scope.matches(&h.user, &h.namespace, &h.kind, h.source_thread.as_deref()))
-            .collect())
+        Ok(rows.iter().map(|row| self.hit(array(row), side)).collect())
     }
 
     fn hit(&self, row: &[Value], side: Retrieval) -> Hit {
@@ -668,7 +688,7 @@ impl Store {
     }
 
     async fn list_once(&self, link: &mut Link, scope: &Scope, spec: &Spec) -> MemResult<Vec<Hit>> {
-        let results = self.search(link, std::slice::from_ref(spec)).await?;
+        let results = self.search(link, &[(spec, true)]).await?;
         self.parse_search(
             results.first().unwrap_or(&Value::Nil),
             Retrieval::Keyword,

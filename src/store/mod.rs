@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::error::{MemError, MemResult};
 use crate::upstream::{Link, UpstreamAddr};
 use keyspace::{Keyspace, Spec};
-use scripts::{push_spec, Scripts};
+use scripts::{push_search, Scripts};
 
 pub use keyspace::{Kind, Scope};
 
@@ -310,11 +310,12 @@ impl Store {
         Ok(())
     }
 
-    /// Run the search script over `specs` (reads only); one result per spec.
-    async fn search(&self, link: &mut Link, specs: &[Spec]) -> MemResult<Vec<Value>> {
+    /// Run the search script over `specs` (reads only; each with whether its rows need their
+    /// TTLs); one result per spec.
+    async fn search(&self, link: &mut Link, specs: &[(&Spec, bool)]) -> MemResult<Vec<Value>> {
         let mut args = vec![specs.len().to_string().into_bytes()];
-        for s in specs {
-            push_spec(&mut args, s);
+        for (s, ttl) in specs {
+            push_search(&mut args, s, *ttl);
         }
         let v = self
             .scripts

@@ -4,7 +4,7 @@ use redis::Value;
 
 use super::keyspace::{cmd, new_id, Spec};
 use super::memory::{Hit, NewMemory, Recall, Remembered, ID_TRIES};
-use super::scripts::{ok, push_spec};
+use super::scripts::{ok, push_search, push_spec};
 use super::value::{array, flat, int, text, ttl_from_pttl};
 use super::{now_ts, Store};
 use crate::error::{MemError, MemResult};
@@ -315,8 +315,8 @@ impl Store {
         ] {
             args.push(a.into_bytes());
         }
-        for (_, s) in specs {
-            push_spec(&mut args, s);
+        for (side, s) in specs {
+            push_search(&mut args, s, Self::needs_ttl(&t.recall, *side));
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {

@@ -5,12 +5,15 @@
 -- runs. The script's own arguments follow; they are read from `A` (ARGV after the block).
 -- A search spec travels as: <n> <arg1> … <argn> (the FT.SEARCH arguments, index first).
 
--- Read the spec at t[i]; returns the argument table and the index after it.
+-- Read the spec at t[i]; returns the argument table, the index after it, and whether the rows
+-- of a search need their keys' TTLs (a negative count says they do not).
 local function read_spec_in(t, i)
   local n = tonumber(t[i])
+  local ttl = n >= 0
+  if not ttl then n = -n end
   local args = {}
   for j = 1, n do args[j] = t[i + j] end
-  return args, i + n + 1
+  return args, i + n + 1, ttl
 end
 
 local A = {}
@@ -65,9 +68,10 @@ local function adapt_policy(args)
   return out
 end
 
--- Run FT.SEARCH; returns {'ok', total, rows} with rows {key, pttl, score, {field, value, …}},
--- or {'err', message}. Never raises, so one failing side of a hybrid recall does not fail both.
-local function search(args)
+-- Run FT.SEARCH; returns {'ok', total, rows} with rows {key, pttl, score, {field, value, …}}
+-- (pttl '' when `ttl` is false), or {'err', message}. Never raises, so one failing side of a
+-- hybrid recall does not fail both.
+local function search(args, ttl)
   args = adapt_policy(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
   if type(r) == 'table' and r.err then return {'err', r.err} end
@@ -82,7 +86,7 @@ local function search(args)
     i = i + 1
     if withscores then score = r[i]; i = i + 1 end
     if not nocontent then fields = r[i]; i = i + 1 end
-    rows[#rows + 1] = {key, redis.call('PTTL', key), score, fields}
+    rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
   end
   return {'ok', r[1], rows}
 end
@@ -91,9 +95,9 @@ end
 local function search_specs(count, i)
   local out = {}
   for s = 1, count do
-    local args
-    args, i = read_spec(i)
-    out[s] = search(args)
+    local args, ttl
+    args, i, ttl = read_spec(i)
+    out[s] = search(args, ttl)
   end
   return out, i
 end
@@ -126,7 +130,8 @@ end
 -- (TAG matching is looser: case, separators). Returns {key or nil, distance or ''} or an error.
 local function dedup_candidate(dedup_spec_at, threshold, user, ns, kind)
   if not dedup_spec_at then return {nil, ''} end
-  local r = search(read_spec(dedup_spec_at))
+  local dedup_args = read_spec(dedup_spec_at)
+  local r = search(dedup_args)
   if r[1] == 'err' then return nil, redis.error_reply(r[2]) end
   for _, row in ipairs(r[3]) do
     local f = row[4]
