@@ -1,7 +1,9 @@
 //! Soak: 1,000 concurrent client connections for SOAK_SECONDS (default 60) on loopback, mixing
 //! passthrough GET/SET with MEM.RECALL and MEM.REMEMBER, each client pausing THINK_MS (default 50)
-//! between requests. Reports requests served, errors by kind, memproxy's RSS at start / peak / end
-//! and its open file descriptors after the clients have gone.
+//! between requests. Reports requests served, errors by kind, latency per verb (p50, p99, max, and
+//! how many took over 500 ms, the `redis` crate's default response timeout; the clients here wait
+//! up to 10 s, so a stall shows as an error), memproxy's RSS at start / peak / end and its open
+//! file descriptors after the clients have gone.
 //!
 //! usage: cargo bench --bench soak
 
@@ -35,7 +37,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     let (_redis, rport) = start_redis(&["--maxclients", "20000"]);
-    let (proxy, mport) = start_memproxy(rport, &[]);
+    let (proxy, mport) = start_memproxy_bench_config(rport);
     let pid = proxy.0.id();
     let mut con = connect(mport);
     for i in 0..200 {
@@ -50,6 +52,7 @@ fn main() {
     let rss_start = rss_kib(pid);
     let served = Arc::new(AtomicU64::new(0));
     let errors: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let latencies: Arc<Mutex<BTreeMap<&'static str, Vec<Duration>>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(rss_start));
     let sampler = {
@@ -70,11 +73,16 @@ fn main() {
     rt.block_on(async {
         let mut tasks = Vec::new();
         for c in 0..clients {
-            let (served, errors) = (served.clone(), errors.clone());
+            let (served, errors, latencies) = (served.clone(), errors.clone(), latencies.clone());
             tasks.push(tokio::spawn(async move {
                 let client = redis::Client::open(format!("redis://127.0.0.1:{mport}")).unwrap();
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(Duration::from_secs(10)));
                 let mut con = loop {
-                    match client.get_multiplexed_async_connection().await {
+                    match client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                    {
                         Ok(c) => break c,
                         Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
@@ -103,7 +111,21 @@ fn main() {
                                 .arg("soak");
                         }
                     }
-                    match cmd.query_async::<Value>(&mut con).await {
+                    let verb = match i % 100 {
+                        0..=44 => "SET",
+                        45..=89 => "GET",
+                        90..=98 => "MEM.RECALL",
+                        _ => "MEM.REMEMBER",
+                    };
+                    let asked = Instant::now();
+                    let outcome = cmd.query_async::<Value>(&mut con).await;
+                    latencies
+                        .lock()
+                        .unwrap()
+                        .entry(verb)
+                        .or_default()
+                        .push(asked.elapsed());
+                    match outcome {
                         Ok(Value::ServerError(e)) => {
                             *errors
                                 .lock()
@@ -119,10 +141,17 @@ fn main() {
                             served.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {
+                            // Whether in the first 5 s (every connection's first MEM.* arriving
+                            // at once) or later.
+                            let when = if start.elapsed() < Duration::from_secs(5) {
+                                "in the first 5 s"
+                            } else {
+                                "later"
+                            };
                             *errors
                                 .lock()
                                 .unwrap()
-                                .entry(format!("client-side: {:?}", e.kind()))
+                                .entry(format!("client-side: {:?} ({verb}, {when}): {e}", e.kind()))
                                 .or_default() += 1
                         }
                     }
@@ -160,6 +189,24 @@ fn main() {
     }
     for (k, n) in errs.iter() {
         println!("errors {k}: {n}");
+    }
+    println!(
+        "{:<13} {:>9} {:>8} {:>8} {:>8} {:>10}",
+        "verb", "requests", "p50_ms", "p99_ms", "max_ms", "over_500ms"
+    );
+    for (verb, lat) in latencies.lock().unwrap().iter_mut() {
+        lat.sort();
+        println!(
+            "{:<13} {:>9} {:>8.2} {:>8.2} {:>8.1} {:>10}",
+            verb,
+            lat.len(),
+            pct(lat, 0.5),
+            pct(lat, 0.99),
+            lat.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+            lat.iter()
+                .filter(|d| **d > Duration::from_millis(500))
+                .count()
+        );
     }
     println!(
         "memproxy RSS: start {} MiB, peak {} MiB, end {} MiB",

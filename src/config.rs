@@ -217,6 +217,9 @@ pub struct Config {
     pub recall_hybrid_policy: String,
     /// Budget of one MEM.* upstream operation (pipeline or transaction).
     pub op_timeout_ms: u64,
+    /// How long a checked index (schema and model stamp) is trusted before one request checks
+    /// it again, while the others go on.
+    pub index_recheck_ms: u64,
     /// Longest text MEM.* accepts, in bytes.
     pub max_text_bytes: usize,
     /// A connection authenticated as ACL user U may only use `USER U`.
@@ -304,6 +307,7 @@ impl Default for Config {
             default_k: 5,
             recall_hybrid_policy: "adaptive".into(),
             op_timeout_ms: 2_000,
+            index_recheck_ms: 5_000,
             max_text_bytes: 64 * 1024,
             bind_scope_to_acl_user: false,
             tls_ca_file: None,
@@ -447,6 +451,7 @@ impl Config {
             ("embed_workers", self.embed_workers),
             ("max_text_bytes", self.max_text_bytes),
             ("op_timeout_ms", self.op_timeout_ms as usize),
+            ("index_recheck_ms", self.index_recheck_ms as usize),
             ("session_ttl_seconds", self.session_ttl_seconds as usize),
             ("episodic_ttl_seconds", self.episodic_ttl_seconds as usize),
             ("max_request_bytes", self.max_request_bytes),

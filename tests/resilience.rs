@@ -9,7 +9,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Value;
@@ -628,4 +628,55 @@ fn scripts_are_all_or_nothing() {
         .query(&mut d)
         .unwrap();
     assert_eq!(exists, 0);
+}
+
+/// Under load, a due check of the index (schema and model stamp) is made by one request while the
+/// others go on: a recheck period costs one FT.INFO, not one per MEM.* in flight (which queued
+/// behind each other on the proxy's one admin connection: seconds of latency every period).
+#[test]
+fn index_rechecks_are_single_flight_under_load() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.index_recheck_ms = 100);
+    let mut con = proxy.client();
+    remember(&mut con, "The user keeps bees on the roof.", "hive");
+    let question = "Does the user look after any animals?";
+    assert_eq!(
+        recall_texts(&mut con, question, "hive"),
+        ["The user keeps bees on the roof."]
+    );
+    let mut d = direct(&redis);
+    let mut ft_info_calls = || -> i64 {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut d)
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_FT.INFO:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    let before = ft_info_calls();
+    let start = Instant::now();
+    let run = Duration::from_millis(1500);
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let mut c = proxy.client();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while start.elapsed() < run {
+                    assert_eq!(recall_texts(&mut c, question, "hive").len(), 1);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let recalls: i64 = clients.into_iter().map(|t| t.join().unwrap()).sum();
+    let checks = ft_info_calls() - before;
+    let periods = start.elapsed().as_millis() as i64 / 100 + 1;
+    assert!(recalls > 100, "only {recalls} recalls");
+    assert!(
+        checks <= periods + 1,
+        "{checks} index checks (FT.INFO) in {periods} recheck periods, {recalls} recalls"
+    );
 }

@@ -54,8 +54,8 @@ pub use keyspace::{Kind, Scope};
 
 enum IndexState {
     Unchecked,
-    /// Checked at that instant; checked again after [`RECHECK`] (another memproxy may have
-    /// re-embedded the index with another model meanwhile).
+    /// Checked at that instant; checked again after `index_recheck_ms` (another memproxy may
+    /// have re-embedded the index with another model meanwhile).
     Ready(Instant),
     /// Checked and unusable; checked again after a while (an operator may fix it).
     Broken(MemError, Instant),
@@ -70,6 +70,9 @@ pub struct Store {
     /// memproxy's own connection, for index management only.
     conn: tokio::sync::Mutex<Option<Link>>,
     index: std::sync::Mutex<IndexState>,
+    /// Held by the one request that checks the index; the others wait for it only when there is
+    /// no usable answer yet (see [`Store::ready`]).
+    checking: tokio::sync::Mutex<()>,
     /// The model this memproxy embeds with, checked against the index's stamp.
     model: std::sync::OnceLock<ModelStamp>,
 }
@@ -85,9 +88,6 @@ pub struct ModelStamp {
 
 /// The sentence a model's identity is read from.
 pub const PROBE: &str = "memproxy model probe: the quick brown fox jumps over the lazy dog.";
-/// How long a checked index (schema and model stamp) is trusted before it is checked again.
-pub const RECHECK: Duration = Duration::from_secs(5);
-
 /// Cosine distance under which two probes come from the same model.
 pub const SAME_MODEL: f64 = 1e-4;
 
@@ -101,6 +101,7 @@ impl Store {
             cfg,
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
+            checking: tokio::sync::Mutex::new(()),
             model: std::sync::OnceLock::new(),
         })
     }
@@ -157,27 +158,60 @@ impl Store {
     }
 
     /// The index is known to be usable (checked, or created, on memproxy's own connection).
+    ///
+    /// One request checks at a time (single flight). When a check is due on an index that was
+    /// usable, the first request checks and the others go on meanwhile: every MEM.* arriving
+    /// while the check was in flight used to run a check of its own, one after another on the
+    /// one admin connection (seconds of added latency under load, every recheck period). With
+    /// no usable answer yet (first use, index lost, broken), they wait for the one check.
     pub async fn ready(&self) -> MemResult<()> {
-        {
-            let state = self.index.lock().expect("index lock");
-            match &*state {
-                IndexState::Ready(at) if at.elapsed() < RECHECK => return Ok(()),
+        let recheck = Duration::from_millis(self.cfg.index_recheck_ms);
+        let known = |state: &IndexState| -> Option<MemResult<()>> {
+            match state {
+                IndexState::Ready(at) if at.elapsed() < recheck => Some(Ok(())),
                 IndexState::Broken(e, at) if at.elapsed() < Duration::from_secs(2) => {
-                    return Err(e.clone())
+                    Some(Err(e.clone()))
                 }
+                _ => None,
+            }
+        };
+        let stale_but_usable = {
+            let state = self.index.lock().expect("index lock");
+            if let Some(answer) = known(&state) {
+                return answer;
+            }
+            matches!(*state, IndexState::Ready(_))
+        };
+        let _gate = if stale_but_usable {
+            match self.checking.try_lock() {
+                Ok(gate) => gate,
+                // Another request is checking it right now.
+                Err(_) => return Ok(()),
+            }
+        } else {
+            let since = Instant::now();
+            let gate = self.checking.lock().await;
+            // The request that held the gate may have answered for us, by a check that began
+            // after we found no answer (an older one may predate a FLUSHALL or DROPINDEX).
+            match &*self.index.lock().expect("index lock") {
+                IndexState::Ready(at) if *at >= since => return Ok(()),
+                IndexState::Broken(e, at) if *at >= since => return Err(e.clone()),
                 _ => {}
             }
-        }
+            gate
+        };
+        // States carry when their check began: what a waiter may take (see above).
+        let started = Instant::now();
         let outcome = self.ensure_index().await;
         let mut state = self.index.lock().expect("index lock");
         match outcome {
             Ok(()) => {
-                *state = IndexState::Ready(Instant::now());
+                *state = IndexState::Ready(started);
                 Ok(())
             }
             Err(e @ MemError::Client(_)) => {
                 tracing::warn!(error = %e, "index unusable");
-                *state = IndexState::Broken(e.clone(), Instant::now());
+                *state = IndexState::Broken(e.clone(), started);
                 Err(e)
             }
             Err(e) => Err(e),
