@@ -1,9 +1,9 @@
-//! The request framer and reply scanner on arbitrary bytes: never panic, never claim more bytes
-//! than given, always make progress.
+//! The request framer, reply scanner and reply decoder on arbitrary bytes: never panic, never
+//! claim more bytes than given, always make progress; the decoder agrees with the `redis` crate.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memproxy::resp::{parse_request, scan_reply, Parsed};
+use memproxy::resp::{parse_request, scan_reply, value, Parsed};
 
 fuzz_target!(|data: &[u8]| {
     let mut at = 0;
@@ -29,5 +29,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(Some((len, _))) = scan_reply(data) {
         assert!(len <= data.len());
+        if let Some(ours) = value::decode(&data[..len]) {
+            let theirs = redis::parse_redis_value(&data[..len]).expect("the redis crate reads it too");
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"));
+        }
     }
 });
