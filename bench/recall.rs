@@ -230,58 +230,144 @@ fn main() {
             &mut con
         };
         let opts: Vec<&str> = opts.into_iter().filter(|o| *o != "NORECENCY").collect();
-        let (mut at1, mut at3, mut noise, mut leaks) = ([0; 2], [0; 2], [0; 2], 0);
-        let mut lat = Vec::new();
+        evaluate(con, &asks, &ids, &opts).print(name, questions, unrelated);
+    }
+
+    // Busy scopes: each user also holds 448 memories of work chatter about other people ("My
+    // manager approved the postmortem…", "The customer asked about restaurant suggestions that
+    // avoid peanuts…": the facts' topics, never "The user"), so the 20 candidates of `MODE auto`
+    // are a small part of the scope. Printed for `recall_candidates` 20 (the default) beside 10
+    // and 40, on proxies of their own.
+    let users: std::collections::BTreeSet<&str> = asks.iter().map(|a| a.user.as_str()).collect();
+    for user in &users {
+        let mut pipe = redis::pipe();
+        for i in (0..512).filter(|i| i % 8 != 0) {
+            pipe.cmd("MEM.REMEMBER")
+                .arg(sentence(i))
+                .arg("USER")
+                .arg(*user)
+                .arg("KIND")
+                .arg("semantic")
+                .arg("NODEDUP")
+                .ignore();
+        }
+        let _: () = pipe.query(&mut con).unwrap();
+    }
+    println!("\nBusy scopes (each user + 448 memories of work chatter about other people), default `auto`:\n");
+    println!("| recall_candidates | recall@1 | recall@3 | unrelated with a hit | held out: recall@1 | recall@3 | unrelated with a hit | leaks | recall p50 ms (embedding cached) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    evaluate(&mut con, &asks, &ids, &["MODE", "vector", "THRESHOLD", "2"]).print(
+        "vector, no cut-off (main proxy)",
+        questions,
+        unrelated,
+    );
+    evaluate(&mut con, &asks, &ids, &[]).print("auto (main proxy)", questions, unrelated);
+    for candidates in [20usize, 10, 40] {
+        let conf = std::env::temp_dir().join(format!(
+            "memproxy-recall-{}-{candidates}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&conf, format!("recall_candidates = {candidates}\n")).unwrap();
+        let (_p, port) = start_memproxy(
+            rport,
+            &proxy_args(&model, &["--config", conf.to_str().unwrap()]),
+        );
+        let mut c = connect(port);
         for a in &asks {
-            let mut c = redis::cmd("MEM.RECALL");
-            c.arg(&a.question).arg("USER").arg(&a.user).arg("K").arg(3);
-            for o in &opts {
-                c.arg(*o);
-            }
-            let t = Instant::now();
-            let hits: Vec<Value> = c.query(con).unwrap();
-            lat.push(t.elapsed());
-            let got: Vec<(String, String)> = hits
-                .iter()
-                .map(|h| {
-                    (
-                        text(field(h, "user")),
-                        ids.get(&text(field(h, "id"))).cloned().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            leaks += got.iter().filter(|(u, _)| *u != a.user).count();
-            match &a.fact {
-                Some(f) => {
-                    if got.first().is_some_and(|(_, g)| g == f) {
-                        at1[a.set] += 1;
-                    }
-                    if got.iter().any(|(_, g)| g == f) {
-                        at3[a.set] += 1;
-                    }
+            let _: Value = redis::cmd("MEM.EMBED")
+                .arg(&a.question)
+                .query(&mut c)
+                .unwrap();
+        }
+        let name = if candidates == 20 {
+            "20 (default)".to_string()
+        } else {
+            candidates.to_string()
+        };
+        evaluate(&mut c, &asks, &ids, &[]).print(&name, questions, unrelated);
+    }
+}
+
+/// What one mode and setting scored: per set (tuning, held out) recall@1, recall@3 and
+/// unrelated questions with a hit; hits of another user; recall latencies.
+struct Scores {
+    at1: [usize; 2],
+    at3: [usize; 2],
+    noise: [usize; 2],
+    leaks: usize,
+    lat: Vec<Duration>,
+}
+
+impl Scores {
+    fn print(&self, name: &str, questions: [usize; 2], unrelated: [usize; 2]) {
+        let p = |n: usize, of: usize| 100.0 * n as f64 / of as f64;
+        println!(
+            "| {name} | {:.1}% | {:.1}% | {} of {} | {:.1}% | {:.1}% | {} of {} | {} | {:.3} |",
+            p(self.at1[0], questions[0]),
+            p(self.at3[0], questions[0]),
+            self.noise[0],
+            unrelated[0],
+            p(self.at1[1], questions[1]),
+            p(self.at3[1], questions[1]),
+            self.noise[1],
+            unrelated[1],
+            self.leaks,
+            pct(&self.lat, 0.5)
+        );
+    }
+}
+
+/// Ask every question (K 3, with `opts`) and score the answers.
+fn evaluate(
+    con: &mut redis::Connection,
+    asks: &[Ask],
+    ids: &HashMap<String, String>,
+    opts: &[&str],
+) -> Scores {
+    let mut s = Scores {
+        at1: [0; 2],
+        at3: [0; 2],
+        noise: [0; 2],
+        leaks: 0,
+        lat: Vec::new(),
+    };
+    for a in asks {
+        let mut c = redis::cmd("MEM.RECALL");
+        c.arg(&a.question).arg("USER").arg(&a.user).arg("K").arg(3);
+        for o in opts {
+            c.arg(*o);
+        }
+        let t = Instant::now();
+        let hits: Vec<Value> = c.query(con).unwrap();
+        s.lat.push(t.elapsed());
+        let got: Vec<(String, String)> = hits
+            .iter()
+            .map(|h| {
+                (
+                    text(field(h, "user")),
+                    ids.get(&text(field(h, "id"))).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
+        s.leaks += got.iter().filter(|(u, _)| *u != a.user).count();
+        match &a.fact {
+            Some(f) => {
+                if got.first().is_some_and(|(_, g)| g == f) {
+                    s.at1[a.set] += 1;
                 }
-                None => {
-                    if !got.is_empty() {
-                        noise[a.set] += 1;
-                    }
+                if got.iter().any(|(_, g)| g == f) {
+                    s.at3[a.set] += 1;
+                }
+            }
+            None => {
+                if !got.is_empty() {
+                    s.noise[a.set] += 1;
                 }
             }
         }
-        lat.sort();
-        let p = |n: usize, of: usize| 100.0 * n as f64 / of as f64;
-        println!(
-            "| {name} | {:.1}% | {:.1}% | {} of {} | {:.1}% | {:.1}% | {} of {} | {leaks} | {:.3} |",
-            p(at1[0], questions[0]),
-            p(at3[0], questions[0]),
-            noise[0],
-            unrelated[0],
-            p(at1[1], questions[1]),
-            p(at3[1], questions[1]),
-            noise[1],
-            unrelated[1],
-            pct(&lat, 0.5)
-        );
     }
+    s.lat.sort();
+    s
 }
 
 /// The guide's walkthrough probes against its seed memories: this model's cosine distance beside

@@ -192,6 +192,9 @@ pub struct Config {
     /// `MODE auto`: the relevance gate (best similarity plus the query's personal lean, see
     /// `mem::rank`); a query under it recalls nothing.
     pub recall_gate: f64,
+    /// `MODE auto`: the share of the raw similarity (to the query's own embedding) in a
+    /// candidate's similarity; the rest is its similarity to the ranking vector.
+    pub recall_raw_weight: f64,
     /// `MODE auto`: the most a brand-new memory gains over an old one, in similarity.
     pub recall_recency_weight: f64,
     /// `MODE auto`: the age in days at which the recency gain halves.
@@ -294,6 +297,7 @@ impl Default for Config {
             recall_threshold: 0.55,
             recall_mode: "auto".into(),
             recall_gate: 0.22,
+            recall_raw_weight: 0.0,
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 30.0,
             recall_hit_weight: 0.0,
@@ -412,6 +416,12 @@ impl Config {
             if !(-2.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not in [-2, 2]"));
             }
+        }
+        if !(0.0..=1.0).contains(&self.recall_raw_weight) {
+            return bad(
+                "recall_raw_weight",
+                format!("{} is not in [0, 1]", self.recall_raw_weight),
+            );
         }
         if !(self.recall_recency_half_life_days > 0.0) {
             return bad(

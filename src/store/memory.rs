@@ -473,7 +473,9 @@ impl Store {
                 let age_days = h
                     .created_ts
                     .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));
-                let score = h.distance.map_or(0.0, |d| 1.0 - d)
+                let similarity = |d: Option<f64>| d.map_or(0.0, |d| 1.0 - d);
+                let score = (1.0 - c.recall_raw_weight) * similarity(h.distance)
+                    + c.recall_raw_weight * similarity(raw_hit.distance)
                     + c.recall_recency_weight
                         * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
                     + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2();
