@@ -297,7 +297,7 @@ impl Default for Config {
             recall_threshold: 0.55,
             recall_mode: "auto".into(),
             recall_gate: 0.22,
-            recall_raw_weight: 0.0,
+            recall_raw_weight: 0.5,
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 30.0,
             recall_hit_weight: 0.0,

@@ -111,6 +111,9 @@ impl Scope {
     }
 }
 
+/// In a search spec, `INKEYS <this>` stands for the keys the previous search returned.
+pub const PREVIOUS_KEYS: &str = "$previous";
+
 /// Key names and index name, from the configured prefixes.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
@@ -220,6 +223,19 @@ impl Keyspace {
                 .map(|a| a.as_bytes().to_vec()),
         );
         s
+    }
+
+    /// KNN `k` with every memory field and the distance, among the scope's memories that the
+    /// previous search of the same script call returned (the prelude puts their keys in place
+    /// of [`PREVIOUS_KEYS`] as `INKEYS n key…`). INKEYS filters before the KNN, and brute force
+    /// over those few keys is exact: `MODE auto` ranks exactly the raw side's candidates.
+    pub fn knn_among_previous(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
+        let mut s = self.knn_with(scope, k, vector, " HYBRID_POLICY ADHOC_BF");
+        s.splice(
+            2..2,
+            [b"INKEYS".to_vec(), PREVIOUS_KEYS.as_bytes().to_vec()],
+        );
+        Self::with_return(s, &["distance"])
     }
 
     /// KNN `k` within the scope with the distance and the scope fields, searching the HNSW graph

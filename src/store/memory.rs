@@ -334,7 +334,10 @@ impl Store {
                 Retrieval::Vector,
                 self.keys.knn_distances(r.scope, c, r.vector),
             ));
-            specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, &ranking.vector)));
+            specs.push((
+                Retrieval::Auto,
+                self.keys.knn_among_previous(r.scope, c, &ranking.vector),
+            ));
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
             if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
