@@ -235,8 +235,8 @@ fn main() {
 
     // Busy scopes: each user also holds 448 memories of work chatter about other people ("My
     // manager approved the postmortem…", "The customer asked about restaurant suggestions that
-    // avoid peanuts…": the facts' topics, never "The user"), so the 20 candidates of `MODE auto`
-    // are a small part of the scope. Printed for `recall_candidates` 20 (the default) beside 10
+    // avoid peanuts…": the facts' topics, never "The user"), so the candidates of `MODE auto`
+    // are a small part of the scope. Printed for `recall_candidates` 10 (the default) beside 20
     // and 40, on proxies of their own.
     let users: std::collections::BTreeSet<&str> = asks.iter().map(|a| a.user.as_str()).collect();
     for user in &users {
@@ -262,7 +262,7 @@ fn main() {
         unrelated,
     );
     evaluate(&mut con, &asks, &ids, &[]).print("auto (main proxy)", questions, unrelated);
-    for candidates in [20usize, 10, 40] {
+    for candidates in [10usize, 20, 40] {
         let conf = std::env::temp_dir().join(format!(
             "memproxy-recall-{}-{candidates}.toml",
             std::process::id()
@@ -279,8 +279,8 @@ fn main() {
                 .query(&mut c)
                 .unwrap();
         }
-        let name = if candidates == 20 {
-            "20 (default)".to_string()
+        let name = if candidates == 10 {
+            "10 (default)".to_string()
         } else {
             candidates.to_string()
         };

@@ -301,7 +301,7 @@ impl Default for Config {
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 30.0,
             recall_hit_weight: 0.0,
-            recall_candidates: 20,
+            recall_candidates: 10,
             episodic_ttl_seconds: 7 * 24 * 3600,
             consolidate_interval_seconds: 0,
             consolidate_threshold: 0.20,
