@@ -988,3 +988,54 @@ fn auto_recall_finds_own_facts_in_a_busy_scope() {
         asks.len()
     );
 }
+
+/// `adaptive` counts a scope (FT.AGGREGATE … LIMIT 1000 1) in the first recall's script; the
+/// recalls after it reuse that count for a while and run one command fewer.
+#[test]
+fn auto_recall_counts_a_scope_once() {
+    let mut con = shared().proxy.client();
+    let mut d = direct(&shared().redis);
+    let name = unique("counted");
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(&name)
+        .query(&mut con)
+        .unwrap();
+    let user = unique("counted-user");
+    remember(
+        &mut con,
+        "The user grows tomatoes on the balcony.",
+        &["USER", &user],
+    );
+    let question = "Does the user have a garden?";
+    let mut upstream_cmds = || -> i64 {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut d).unwrap();
+        let line = list
+            .lines()
+            .find(|l| l.contains(&format!(" name={name} ")))
+            .expect("the client's upstream connection")
+            .to_string();
+        line.split(' ')
+            .find_map(|f| f.strip_prefix("tot-cmds="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Embedded once first, and the scripts loaded (a recall of another scope), so that both
+    // recalls below are the same work but for the count.
+    let _: Value = q(&mut con, &["MEM.EMBED", question]);
+    recall(&mut con, question, &["USER", &unique("counted-other")]);
+    let mut cost = |con: &mut redis::Connection| {
+        let before = upstream_cmds();
+        let hits = recall(con, question, &["USER", &user]);
+        assert_eq!(texts(&hits), ["The user grows tomatoes on the balcony."]);
+        upstream_cmds() - before
+    };
+    let first = cost(&mut con);
+    let second = cost(&mut con);
+    assert_eq!(
+        second,
+        first - 1,
+        "first recall {first} commands, second {second}"
+    );
+}

@@ -111,6 +111,9 @@ impl Scope {
     }
 }
 
+/// `recall_hybrid_policy = "adaptive"` as it travels in a KNN query (the scripts replace it).
+pub const ADAPTIVE: &str = " HYBRID_POLICY ADAPTIVE";
+
 /// In a search spec, `INKEYS <this>` stands for the keys the previous search returned.
 pub const PREVIOUS_KEYS: &str = "$previous";
 
@@ -215,8 +218,27 @@ impl Keyspace {
 
     /// KNN `k` within the scope with only the distance and the id (the raw side of `MODE auto`,
     /// which gives distances to the ranked side's hits; every returned field costs Redis time).
-    pub fn knn_distances(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
-        let mut s = self.knn_base(scope, k, vector);
+    ///
+    /// `large`: what an earlier `adaptive` count found for this scope (more memories than the
+    /// brute-force limit, or not), so the script need not count again; `None` to count.
+    pub fn knn_distances(
+        &self,
+        scope: &Scope,
+        k: usize,
+        vector: &[f32],
+        large: Option<bool>,
+    ) -> Spec {
+        let policy = match large {
+            Some(large) if self.knn_policy == ADAPTIVE => {
+                if large {
+                    " HYBRID_POLICY BATCHES"
+                } else {
+                    " HYBRID_POLICY ADHOC_BF"
+                }
+            }
+            _ => self.knn_policy.as_str(),
+        };
+        let mut s = self.knn_with(scope, k, vector, policy);
         s.extend(
             ["RETURN", "2", "distance", "id", "DIALECT", "2"]
                 .iter()

@@ -226,6 +226,12 @@ pub const LEAN_WEIGHT: f64 = 2.0;
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
 
+/// How long an `adaptive` scope count is reused by later recalls of the scope (a scope that
+/// grows past the brute-force limit meanwhile is brute-forced a little longer: still exact).
+pub const SCOPE_SIZE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Scopes whose count is kept; beyond, the table starts again.
+const SCOPE_SIZES_KEPT: usize = 10_000;
+
 impl Store {
     /// The JSON document of a new memory, in the guide's layout.
     pub(crate) fn memory_doc(&self, id: &str, m: &NewMemory<'_>, vector: &[f32]) -> String {
@@ -330,9 +336,10 @@ impl Store {
         }
         if let (Retrieval::Auto, Some(ranking)) = (r.mode, &r.ranking) {
             let c = r.k.max(self.config().recall_candidates);
+            let large = self.scope_size_known(r.scope);
             specs.push((
                 Retrieval::Vector,
-                self.keys.knn_distances(r.scope, c, r.vector),
+                self.keys.knn_distances(r.scope, c, r.vector, large),
             ));
             specs.push((
                 Retrieval::Auto,
@@ -369,6 +376,31 @@ impl Store {
         self.fuse(r, specs, &results)
     }
 
+    /// What an `adaptive` count found for `scope` within the last [`SCOPE_SIZE_TTL`]: more
+    /// memories than the brute-force limit, or not.
+    fn scope_size_known(&self, scope: &Scope) -> Option<bool> {
+        let known = self.scope_sizes.lock().expect("scope sizes");
+        known
+            .get(&scope.filter())
+            .filter(|(at, _)| at.elapsed() < SCOPE_SIZE_TTL)
+            .map(|(_, large)| *large)
+    }
+
+    /// Keep what the script's `adaptive` count decided for `scope` (its search result's 4th
+    /// element), so the next recalls of the scope skip the count (~0.06 ms of Redis at 10k).
+    fn note_scope_size(&self, scope: &Scope, result: &Value) {
+        let large = match array(result).get(3).and_then(text).as_deref() {
+            Some("BATCHES") => true,
+            Some("ADHOC_BF") => false,
+            _ => return,
+        };
+        let mut known = self.scope_sizes.lock().expect("scope sizes");
+        if known.len() >= SCOPE_SIZES_KEPT {
+            known.clear();
+        }
+        known.insert(scope.filter(), (std::time::Instant::now(), large));
+    }
+
     /// Whether the rows of a recall side need their TTLs: all but the raw side of `MODE auto`,
     /// which only gives distances to the ranked side's hits.
     pub(crate) fn needs_ttl(r: &Recall<'_>, side: Retrieval) -> bool {
@@ -392,6 +424,7 @@ impl Store {
             let parsed = if Self::needs_ttl(r, *side) {
                 self.parse_search(result, *side, r.scope)
             } else {
+                self.note_scope_size(r.scope, result);
                 self.parse_rows(result, *side)
             };
             match (side, parsed) {

@@ -73,6 +73,9 @@ pub struct Store {
     /// Held by the one request that checks the index; the others wait for it only when there is
     /// no usable answer yet (see [`Store::ready`]).
     checking: tokio::sync::Mutex<()>,
+    /// Scope filter → (when counted, more memories than the brute-force limit): see
+    /// `Store::note_scope_size`.
+    scope_sizes: std::sync::Mutex<std::collections::HashMap<String, (Instant, bool)>>,
     /// The model this memproxy embeds with, checked against the index's stamp.
     model: std::sync::OnceLock<ModelStamp>,
 }
@@ -102,6 +105,7 @@ impl Store {
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
             checking: tokio::sync::Mutex::new(()),
+            scope_sizes: std::sync::Mutex::new(std::collections::HashMap::new()),
             model: std::sync::OnceLock::new(),
         })
     }

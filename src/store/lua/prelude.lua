@@ -65,14 +65,15 @@ local function adapt_policy(args)
   local out = {}
   for i, a in ipairs(args) do out[i] = a end
   out[2] = string.sub(q, 1, s - 1) .. policy .. string.sub(q, e + 1)
-  return out
+  return out, string.match(policy, '(%u[%u_]*)$') or ''
 end
 
--- Run FT.SEARCH; returns {'ok', total, rows} with rows {key, pttl, score, {field, value, …}}
--- (pttl '' when `ttl` is false), or {'err', message}. Never raises, so one failing side of a
--- hybrid recall does not fail both.
+-- Run FT.SEARCH; returns {'ok', total, rows, policy} with rows {key, pttl, score, {field, value,
+-- …}} (pttl '' when `ttl` is false; policy: what `adaptive` chose, BATCHES or ADHOC_BF, else ''),
+-- or {'err', message}. Never raises, so one failing side of a hybrid recall does not fail both.
 local function search(args, ttl)
-  args = adapt_policy(args)
+  local policy
+  args, policy = adapt_policy(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
   if type(r) == 'table' and r.err then return {'err', r.err} end
   local withscores, nocontent = false, false
@@ -88,7 +89,7 @@ local function search(args, ttl)
     if not nocontent then fields = r[i]; i = i + 1 end
     rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
   end
-  return {'ok', r[1], rows}
+  return {'ok', r[1], rows, policy or ''}
 end
 
 -- `INKEYS $previous` in a spec: the keys the previous spec's search returned (MODE auto's ranked
