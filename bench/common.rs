@@ -125,45 +125,10 @@ pub fn connect(port: u16) -> redis::Connection {
         .unwrap()
 }
 
-/// Agent-memory sentences (about 10–25 tokens), made distinct by `i` so no cache helps.
-pub fn sentence(i: usize) -> String {
-    const SUBJECTS: [&str; 8] = [
-        "The user",
-        "My manager",
-        "The customer",
-        "Our team",
-        "The agent",
-        "A colleague",
-        "The client",
-        "My sister",
-    ];
-    const VERBS: [&str; 8] = [
-        "prefers",
-        "asked about",
-        "dislikes",
-        "is planning",
-        "mentioned",
-        "forgot",
-        "approved",
-        "wants to revisit",
-    ];
-    const OBJECTS: [&str; 8] = [
-        "concise answers without filler phrases",
-        "the migration of the analytics warehouse to BigQuery",
-        "a high-contrast light theme in editors and dashboards",
-        "the postmortem for the order-routing outage",
-        "restaurant suggestions that avoid peanuts",
-        "the flaky test in the inventory service",
-        "working in the Europe/Berlin time zone",
-        "a weekly summary of open pull requests",
-    ];
-    format!(
-        "{} {} {} (note {i}).",
-        SUBJECTS[i % 8],
-        VERBS[(i / 8) % 8],
-        OBJECTS[(i / 64) % 8]
-    )
-}
+#[path = "sentences.rs"]
+mod sentences;
+#[allow(unused_imports)] // not every bench uses it
+pub use sentences::sentence;
 
 /// Percentile of sorted durations, in milliseconds.
 pub fn pct(sorted: &[Duration], p: f64) -> f64 {
