@@ -370,7 +370,7 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let sides: Vec<(&Spec, bool)> = specs
             .iter()
-            .map(|(side, s)| (s, Self::needs_ttl(r, *side)))
+            .map(|(side, s)| (s, !Self::is_auto_raw_side(r, *side)))
             .collect();
         let results = self.search(link, &sides).await?;
         self.fuse(r, specs, &results)
@@ -401,10 +401,10 @@ impl Store {
         known.insert(scope.filter(), (std::time::Instant::now(), large));
     }
 
-    /// Whether the rows of a recall side need their TTLs: all but the raw side of `MODE auto`,
-    /// which only gives distances to the ranked side's hits.
-    pub(crate) fn needs_ttl(r: &Recall<'_>, side: Retrieval) -> bool {
-        !(r.mode == Retrieval::Auto && side == Retrieval::Vector)
+    /// The raw side of `MODE auto`: distances and ids only (no TTLs, no scope fields), read for
+    /// the ranked side's hits and the gate; every other side's rows are whole hits.
+    pub(crate) fn is_auto_raw_side(r: &Recall<'_>, side: Retrieval) -> bool {
+        r.mode == Retrieval::Auto && side == Retrieval::Vector
     }
 
     /// Turn the raw search results into hits: thresholded vector hits, keyword hits, or their
@@ -419,13 +419,11 @@ impl Store {
         let mut keyword_hits = None;
         let mut ranked_hits = None;
         for ((side, _), result) in specs.iter().zip(results) {
-            // The raw side of `MODE auto` carries distances only (no scope fields to check): it
-            // is only read for the ranked side's hits, which are checked, and for the gate.
-            let parsed = if Self::needs_ttl(r, *side) {
-                self.parse_search(result, *side, r.scope)
-            } else {
+            let parsed = if Self::is_auto_raw_side(r, *side) {
                 self.note_scope_size(r.scope, result);
                 self.parse_rows(result, *side)
+            } else {
+                self.parse_search(result, *side, r.scope)
             };
             match (side, parsed) {
                 (Retrieval::Vector, Ok(hits)) => {

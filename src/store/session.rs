@@ -316,7 +316,7 @@ impl Store {
             args.push(a.into_bytes());
         }
         for (side, s) in specs {
-            push_search(&mut args, s, Self::needs_ttl(&t.recall, *side));
+            push_search(&mut args, s, !Self::is_auto_raw_side(&t.recall, *side));
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {

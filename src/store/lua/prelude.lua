@@ -48,7 +48,7 @@ local function adapt_policy(args)
   local s, e = string.find(q or '', ' HYBRID_POLICY ADAPTIVE', 1, true)
   if not s then return args end
   local filter = string.match(q, '^%((.*)%)=>%[KNN ')
-  local policy = ''
+  local chosen = ''
   if filter then
     local key = args[1] .. '\0' .. filter
     local n = scope_sizes[key]
@@ -58,14 +58,13 @@ local function adapt_policy(args)
       n = (type(r) == 'table' and not r.err and tonumber(r[1])) or false
       scope_sizes[key] = n
     end
-    if n then
-      policy = n > SCOPE_BRUTE_FORCE and ' HYBRID_POLICY BATCHES' or ' HYBRID_POLICY ADHOC_BF'
-    end
+    if n then chosen = n > SCOPE_BRUTE_FORCE and 'BATCHES' or 'ADHOC_BF' end
   end
   local out = {}
   for i, a in ipairs(args) do out[i] = a end
+  local policy = chosen == '' and '' or (' HYBRID_POLICY ' .. chosen)
   out[2] = string.sub(q, 1, s - 1) .. policy .. string.sub(q, e + 1)
-  return out, string.match(policy, '(%u[%u_]*)$') or ''
+  return out, chosen
 end
 
 -- Run FT.SEARCH; returns {'ok', total, rows, policy} with rows {key, pttl, score, {field, value,
