@@ -9,6 +9,9 @@
 //! First a sweep picks the best raw configuration; then that configuration and memproxy's cells
 //! run in interleaved rounds (these machines are noisy: only the medians of one run compare).
 //!
+//! Last, the same comparison with redis-benchmark as the client (section 3), on texts both sides
+//! draw alike.
+//!
 //! usage: cargo build --release && cargo bench --bench embed
 //!        (BENCH_SECONDS per cell, default 3; BENCH_ROUNDS, default 3; EMBED_THREADS, default: all
 //!        cores; EMBED_MODEL, a model directory, default the bundled fp32 graph; EMBED_EXTRA, memproxy
@@ -176,6 +179,129 @@ fn main() {
     println!(
         "one sentence p50: memproxy {proxy_one:.3} ms vs raw {raw_one:.3} ms = +{:.3} ms",
         proxy_one - raw_one
+    );
+    light_client(dur, rounds, mport, &mut raw, sorted, &mut raw1);
+}
+
+/// The sentence redis-benchmark sends, `__rand_int__` being a 12-digit random number.
+const BENCH_SENTENCE: &str =
+    "The customer asked about the flaky test in the inventory service note __rand_int__";
+
+/// Section 3: the same comparison with the load generator Redis servers are measured with
+/// (`redis-benchmark`, in C). The client of section 2 (the redis crate, turning 384 bulk strings
+/// into doubles per reply) shares the two cores with the model; redis-benchmark costs ~0.5% of
+/// them, so what is left is what memproxy adds. Both sides embed the same kind of text: one
+/// sentence with a fresh 12-digit number, as redis-benchmark writes `__rand_int__`.
+fn light_client(
+    dur: Duration,
+    rounds: usize,
+    mport: u16,
+    raw: &mut Raw,
+    sorted: Option<usize>,
+    raw1: &mut Raw,
+) {
+    let have = std::process::Command::new("redis-benchmark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        println!("\n(section 3 skipped: redis-benchmark not found; Debian package redis-tools)");
+        return;
+    }
+    // The same numbers redis-benchmark draws from (0..1e8, zero-padded to 12 digits).
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        BENCH_SENTENCE.replace("__rand_int__", &format!("{:012}", seed % 100_000_000))
+    };
+    // (connections, pipeline depth)
+    let cells = [(1usize, 1usize), (4, 16), (32, 1)];
+    let (mut raw_rates, mut raw_p50) = (Vec::new(), Vec::new());
+    let mut rates = vec![Vec::new(); cells.len()];
+    let mut p50s = vec![Vec::new(); cells.len()];
+    for _ in 0..rounds {
+        // The best batch for these texts (on the same session), not only section 1's.
+        let mut rate = 0f64;
+        for b in [16usize, 32, 64] {
+            let (r, _) = timed(dur / 2, b, |_| {
+                let chunk: Vec<String> = (0..b).map(|_| uniform()).collect();
+                raw.embed(&chunk, sorted);
+            });
+            rate = rate.max(r);
+        }
+        raw_rates.push(rate);
+        let (_, lat) = timed(dur / 2, 1, |_| raw1.embed(&[uniform()], None));
+        raw_p50.push(pct(&lat, 0.5));
+        for (c, &(clients, depth)) in cells.iter().enumerate() {
+            // About `dur` of work at the raw rate (redis-benchmark counts requests, not time).
+            let n = ((rate * dur.as_secs_f64()) as usize).max(clients * depth * 4);
+            let out = std::process::Command::new("redis-benchmark")
+                .args(["-p", &mport.to_string(), "-r", "100000000", "--csv"])
+                .args(["-c", &clients.to_string(), "-P", &depth.to_string()])
+                .args(["-n", &n.to_string(), "MEM.EMBED", BENCH_SENTENCE])
+                .output()
+                .unwrap();
+            let csv = String::from_utf8_lossy(&out.stdout);
+            let cols: Vec<f64> = csv
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .split(',')
+                .skip(1)
+                .map(|v| v.trim_matches('"').parse().unwrap_or(f64::NAN))
+                .collect();
+            assert!(
+                cols.len() >= 4 && cols[0] > 0.0,
+                "redis-benchmark printed {csv:?}"
+            );
+            rates[c].push(cols[0]);
+            p50s[c].push(cols[3]);
+        }
+    }
+    println!(
+        "\n## 3. The same, with redis-benchmark as the client (texts: \"{BENCH_SENTENCE}\"), {rounds} interleaved rounds; medians\n"
+    );
+    println!(
+        "{:<44} {:>8} {:>14} {:>9}",
+        "what", "batch", "sentences/s", "p50_ms"
+    );
+    let raw_rate = median(&mut raw_rates);
+    let raw_one = median(&mut raw_p50);
+    println!(
+        "{:<44} {:>8} {:>14.1} {:>9}",
+        "raw ORT, best of batch 16 / 32 / 64", "-", raw_rate, "-"
+    );
+    println!(
+        "{:<44} {:>8} {:>14} {:>9.3}",
+        "raw ORT level 3, spin on", 1, "-", raw_one
+    );
+    let mut best = 0f64;
+    let mut one = 0f64;
+    for (c, &(clients, depth)) in cells.iter().enumerate() {
+        let rate = median(&mut rates[c]);
+        let p50 = median(&mut p50s[c]);
+        best = best.max(rate);
+        if clients == 1 {
+            one = p50;
+        }
+        println!(
+            "{:<44} {:>8} {:>14.1} {:>9.3}",
+            format!("redis-benchmark -c {clients} -P {depth} MEM.EMBED"),
+            clients * depth,
+            rate,
+            p50
+        );
+    }
+    println!();
+    println!(
+        "best throughput (redis-benchmark): memproxy {best:.1}/s vs best raw {raw_rate:.1}/s = {:.3}x (target >= 0.95x)",
+        best / raw_rate
+    );
+    println!(
+        "one sentence p50 (redis-benchmark): memproxy {one:.3} ms vs raw {raw_one:.3} ms = +{:.3} ms",
+        one - raw_one
     );
 }
 
