@@ -100,4 +100,31 @@ fn redis_cli_plain_resp3_and_pipe() {
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("errors: 0, replies: 210"), "{text}");
+    // Commands as lines on stdin (as `redis-cli < file`, and as at its prompt): redis-cli first
+    // reads COMMAND DOCS for its hints, and asserts that argument flags are status replies.
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = format!("MEM.PING\nMEM.RECALL \"Does the user ride a bike?\" USER {user}\nPING\n");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("tandem") && text.ends_with("PONG\n"),
+        "{text}"
+    );
 }

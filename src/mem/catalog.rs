@@ -333,8 +333,9 @@ pub fn find(name: &[u8]) -> Option<&'static Verb> {
         .find(|v| v.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
-fn strings(items: &[&str]) -> Reply {
-    Reply::Array(items.iter().map(|s| Reply::text(*s)).collect())
+/// Words as Redis sends flags and ACL categories: status replies (redis-cli asserts it).
+fn statuses(items: &[&'static str]) -> Reply {
+    Reply::Array(items.iter().map(|s| Reply::Status(s)).collect())
 }
 
 /// The `COMMAND INFO` entry: name, arity, flags, first key, last key, step, ACL categories, tips,
@@ -349,11 +350,11 @@ pub fn info(v: &Verb) -> Reply {
     Reply::Array(vec![
         Reply::text(v.name),
         Reply::Int(v.arity),
-        Reply::Array(v.flags.iter().map(|f| Reply::Status(f)).collect()),
+        statuses(v.flags),
         Reply::Int(0),
         Reply::Int(0),
         Reply::Int(0),
-        strings(&cats),
+        statuses(&cats),
         Reply::Array(vec![]),
         Reply::Array(vec![]),
         Reply::Array(vec![]),
@@ -377,7 +378,7 @@ fn arg_doc(a: &Arg) -> Reply {
         flags.push("multiple");
     }
     if !flags.is_empty() {
-        m.push(("flags", strings(&flags)));
+        m.push(("flags", statuses(&flags)));
     }
     if !a.sub.is_empty() {
         m.push((
