@@ -151,6 +151,12 @@ pub enum Sub {
     Import {
         /// The file to read (default: stdin).
         file: Option<PathBuf>,
+        /// Use the lines' own embeddings (`export --embeddings`) where their `model` is this
+        /// memproxy's, instead of running the model for every line. The first 16 such lines and
+        /// one in 64 after them are embedded anyway and compared; on a difference the rest of
+        /// the file is re-embedded.
+        #[arg(long)]
+        trust_embeddings: bool,
     },
 }
 

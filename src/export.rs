@@ -7,6 +7,13 @@
 //! `--upstream` URL's user). Import runs MEM.REMEMBER for every line through [`Verbs`] — the
 //! verb's embedding, dedup and limits — then restores the line's `created_ts` and `hit_count`
 //! (onto the new memory; a line deduplicated onto an existing memory adds its hit count to it).
+//!
+//! `import --trust-embeddings` skips the model for lines that carry this memproxy's model name and
+//! a unit vector of its dimension: the vector is put into the embedder's cache under the line's
+//! text just before the same MEM.REMEMBER runs, so the verb finds it there. Trust is checked: the
+//! first [`CHECK_FIRST`] such lines and one in [`CHECK_EVERY`] after them are embedded by the
+//! model anyway, and one that differs by more than [`SAME_VECTOR`] (cosine distance) ends the
+//! trust for the rest of the file.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -87,32 +94,106 @@ pub struct Imported {
     pub deduped: usize,
     /// (line number, one-line error) of every line not imported.
     pub failed: Vec<(usize, String)>,
+    /// Lines whose own embedding was used (`--trust-embeddings`).
+    pub reused: usize,
+    /// Lines whose own embedding was compared with the model's.
+    pub checked: usize,
+    /// The line whose embedding differed from the model's, ending the trust.
+    pub mismatch: Option<usize>,
 }
 
-/// Import JSON lines from `input`.
-pub async fn import(engine: &Engine, input: impl BufRead) -> MemResult<Imported> {
+/// Lines with a usable embedding that are always compared with the model's.
+pub const CHECK_FIRST: usize = 16;
+/// After those, one in this many is compared.
+pub const CHECK_EVERY: usize = 64;
+/// The largest cosine distance between a line's embedding and the model's that counts as the
+/// same vector (the same graph gives ~1e-7; another model or graph gives far more).
+pub const SAME_VECTOR: f64 = 1e-4;
+
+/// Import JSON lines from `input`; `trust`: use the lines' own embeddings (checked, see above).
+pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemResult<Imported> {
     let mut verbs = Verbs::open(engine, None)
         .await
         .map_err(|e| MemError::upstream(e.line))?;
     let mut report = Imported::default();
+    let mut usable = 0;
     for (i, line) in input.lines().enumerate() {
         let no = i + 1;
         let line = line.map_err(|e| MemError::Internal(format!("read: {e}")))?;
         if line.trim().is_empty() {
             continue;
         }
-        match import_line(engine, &mut verbs, &line).await {
+        let v: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                report.failed.push((no, format!("not JSON: {e}")));
+                continue;
+            }
+        };
+        let own = (trust && report.mismatch.is_none())
+            .then(|| own_embedding(engine, &v))
+            .flatten();
+        let check = own.as_ref().map(|_| {
+            usable += 1;
+            usable <= CHECK_FIRST || usable.is_multiple_of(CHECK_EVERY)
+        });
+        let text = v.get("text").and_then(|x| x.as_str()).unwrap_or_default();
+        let cache = engine.embedder.cache();
+        match (&own, check) {
+            (Some(own), Some(false)) => cache.put(text, own.clone()),
+            // The model must run for this one: nothing cached may stand in for it.
+            (Some(_), _) => cache.remove(text),
+            _ => {}
+        }
+        match import_line(engine, &mut verbs, &v).await {
             Ok(true) => report.deduped += 1,
             Ok(false) => report.written += 1,
             Err(e) => report.failed.push((no, e)),
+        }
+        match (own, check) {
+            // The line's vector stood in for the model only for its own verb.
+            (Some(own), Some(false)) => {
+                if cache.get(text).is_some_and(|v| v == own) {
+                    report.reused += 1;
+                }
+                cache.remove(text);
+            }
+            (Some(own), Some(true)) => {
+                let model = engine
+                    .embedder
+                    .embed(text)
+                    .await
+                    .map_err(|e| MemError::Embedder(e.to_string()))?;
+                report.checked += 1;
+                if crate::embed::cosine_distance(&own, &model) > SAME_VECTOR {
+                    report.mismatch = Some(no);
+                }
+            }
+            _ => {}
         }
     }
     Ok(report)
 }
 
-/// One line; `Ok(deduped)`.
-async fn import_line(engine: &Engine, verbs: &mut Verbs<'_>, line: &str) -> Result<bool, String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+/// The line's `embedding` when its `model` is this memproxy's and it is a unit vector of the
+/// model's dimension.
+fn own_embedding(engine: &Engine, v: &Value) -> Option<crate::embed::Vector> {
+    let info = engine.embedder.info();
+    if v.get("model").and_then(|m| m.as_str()) != Some(info.name.as_str()) {
+        return None;
+    }
+    let e = v.get("embedding")?.as_array()?;
+    let x: Vec<f32> = e
+        .iter()
+        .map(|n| n.as_f64().map(|f| f as f32))
+        .collect::<Option<_>>()?;
+    let norm = x.iter().map(|a| (*a as f64) * (*a as f64)).sum::<f64>();
+    (x.len() == info.dim && x.iter().all(|a| a.is_finite()) && (norm - 1.0).abs() < 1e-3)
+        .then(|| x.into())
+}
+
+/// One parsed line; `Ok(deduped)`.
+async fn import_line(engine: &Engine, verbs: &mut Verbs<'_>, v: &Value) -> Result<bool, String> {
     let field = |f: &str| v.get(f).and_then(|x| x.as_str()).filter(|s| !s.is_empty());
     let text = field("text").ok_or("no \"text\"")?;
     let mut args: Vec<String> = vec!["MEM.REMEMBER".into(), text.into()];

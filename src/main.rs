@@ -130,17 +130,35 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                 done.examined, done.rewritten
             );
         }
-        Sub::Import { file } => {
+        Sub::Import {
+            file,
+            trust_embeddings,
+        } => {
             let report = match file {
                 Some(path) => {
                     let f = std::fs::File::open(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
-                    memproxy::export::import(&engine, std::io::BufReader::new(f)).await?
+                    let f = std::io::BufReader::new(f);
+                    memproxy::export::import(&engine, f, trust_embeddings).await?
                 }
-                None => memproxy::export::import(&engine, std::io::stdin().lock()).await?,
+                None => {
+                    let stdin = std::io::stdin().lock();
+                    memproxy::export::import(&engine, stdin, trust_embeddings).await?
+                }
             };
             for (line, e) in &report.failed {
                 eprintln!("import: line {line}: {e}");
+            }
+            if trust_embeddings {
+                eprintln!(
+                    "import: {} embeddings used from the file, {} compared with the model",
+                    report.reused, report.checked
+                );
+                if let Some(line) = report.mismatch {
+                    eprintln!(
+                        "import: line {line}: the file's embedding differs from this model's; the lines after it were embedded by the model"
+                    );
+                }
             }
             eprintln!(
                 "import: {} written, {} deduplicated onto existing memories, {} failed",

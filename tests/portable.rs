@@ -221,3 +221,132 @@ fn ten_thousand_memories_export() {
     ids.dedup();
     assert_eq!(ids.len(), 10_000, "every memory once");
 }
+
+/// `import --trust-embeddings`: an export's own vectors are used instead of the model, after the
+/// first lines were checked against it; a file whose vectors are not the model's is caught on
+/// its first line and re-embedded; another model's lines are never used.
+#[test]
+fn import_trusts_only_embeddings_the_model_confirms() {
+    let s = shared();
+    let mut con = s.proxy.client();
+    let user = unique("trust");
+    // The evaluation set's facts, one user; the ones written (default dedup) are pairwise
+    // farther apart than the dedup distance, so every exported line imports as written.
+    let facts = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/data/recall-eval.tsv"),
+    )
+    .unwrap();
+    for text in facts
+        .lines()
+        .filter_map(|l| l.strip_prefix("fact\t"))
+        .map(|l| l.rsplit('\t').next().unwrap())
+    {
+        q(
+            &mut con,
+            &["MEM.REMEMBER", text, "USER", &user, "KIND", "semantic"],
+        );
+    }
+    let (ok, out, err) = memproxy(
+        &[
+            "export",
+            "--upstream",
+            &s.redis.url(),
+            "--user",
+            &user,
+            "--embeddings",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let exported = lines(&out);
+    let n = exported.len();
+    assert!(n > 40 && n < 64, "{n} memories");
+    // Every memory of `target` is found by its own text at distance ~0: its vector is the
+    // model's for that text.
+    let faithful = |target: &Redis| {
+        let proxy = Proxy::start(&target.url(), |_| {});
+        let mut t = proxy.client();
+        for l in &exported {
+            let text = l["text"].as_str().unwrap();
+            let top = q(
+                &mut t,
+                &[
+                    "MEM.RECALL",
+                    text,
+                    "USER",
+                    &user,
+                    "MODE",
+                    "vector",
+                    "THRESHOLD",
+                    "2",
+                    "K",
+                    "1",
+                ],
+            );
+            let top = &items(&top)[0];
+            assert_eq!(as_str(get(top, "text")), text);
+            assert!(as_f64(get(top, "distance")) < 1e-4, "{text}");
+        }
+    };
+
+    let target = Redis::start(&[]);
+    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
+    let (ok, _, err) = memproxy(&args, Some(&out));
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!("{n} written, 0 deduplicated")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{} embeddings used from the file, 16 compared with the model",
+            n - 16
+        )),
+        "{err}"
+    );
+    faithful(&target);
+
+    // The first two lines' vectors swapped: still unit vectors of the right size and model
+    // name, but not the model's for their texts.
+    let mut swapped = exported.clone();
+    let first = swapped[0]["embedding"].clone();
+    swapped[0]["embedding"] = swapped[1]["embedding"].clone();
+    swapped[1]["embedding"] = first;
+    let file: String = swapped.iter().map(|l| format!("{l}\n")).collect();
+    let target = Redis::start(&[]);
+    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
+    let (ok, _, err) = memproxy(&args, Some(&file));
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!("{n} written, 0 deduplicated")),
+        "{err}"
+    );
+    assert!(
+        err.contains("0 embeddings used from the file, 1 compared with the model"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 1: the file's embedding differs"),
+        "{err}"
+    );
+    faithful(&target);
+
+    // Another model's lines are embedded by this one.
+    let other: String = exported
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l["model"] = "all-mpnet-base-v2".into();
+            format!("{l}\n")
+        })
+        .collect();
+    let target = Redis::start(&[]);
+    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
+    let (ok, _, err) = memproxy(&args, Some(&other));
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("0 embeddings used from the file, 0 compared with the model"),
+        "{err}"
+    );
+    faithful(&target);
+}

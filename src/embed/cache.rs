@@ -63,6 +63,14 @@ impl Cache {
         self.inner.lock().expect("cache lock").lru.contains(text)
     }
 
+    /// Forget `text`'s embedding (the next embed runs the model).
+    pub fn remove(&self, text: &str) {
+        let mut inner = self.inner.lock().expect("cache lock");
+        if let Some(v) = inner.lru.pop(text) {
+            inner.bytes -= cost(text, &v);
+        }
+    }
+
     pub fn put(&self, text: &str, v: Vector) {
         let c = cost(text, &v);
         if c > self.max_bytes {
