@@ -262,6 +262,12 @@ fn main() {
         unrelated,
     );
     evaluate(&mut con, &asks, &ids, &[]).print("auto (main proxy)", questions, unrelated);
+    // The chatter is new and the facts are weeks old: what the recency gain costs here.
+    evaluate(&mut plain, &asks, &ids, &[]).print(
+        "auto, recency off (`recall_recency_weight = 0`)",
+        questions,
+        unrelated,
+    );
     for candidates in [10usize, 20, 40] {
         let conf = std::env::temp_dir().join(format!(
             "memproxy-recall-{}-{candidates}.toml",
