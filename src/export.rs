@@ -145,11 +145,20 @@ pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemRes
             (Some(_), _) => cache.remove(text),
             _ => {}
         }
-        match import_line(engine, &mut verbs, &v).await {
-            Ok(true) => report.deduped += 1,
-            Ok(false) => report.written += 1,
-            Err(e) => report.failed.push((no, e)),
-        }
+        let imported = match import_line(engine, &mut verbs, &v).await {
+            Ok(true) => {
+                report.deduped += 1;
+                true
+            }
+            Ok(false) => {
+                report.written += 1;
+                true
+            }
+            Err(e) => {
+                report.failed.push((no, e));
+                false
+            }
+        };
         match (own, check) {
             // The line's vector stood in for the model only for its own verb.
             (Some(own), Some(false)) => {
@@ -158,15 +167,13 @@ pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemRes
                 }
                 cache.remove(text);
             }
-            (Some(own), Some(true)) => {
-                let model = engine
-                    .embedder
-                    .embed(text)
-                    .await
-                    .map_err(|e| MemError::Embedder(e.to_string()))?;
-                report.checked += 1;
-                if crate::embed::cosine_distance(&own, &model) > SAME_VECTOR {
-                    report.mismatch = Some(no);
+            // The verb embedded the text with the model (a failed line is not compared).
+            (Some(own), Some(true)) if imported => {
+                if let Ok(model) = engine.embedder.embed(text).await {
+                    report.checked += 1;
+                    if crate::embed::cosine_distance(&own, &model) > SAME_VECTOR {
+                        report.mismatch = Some(no);
+                    }
                 }
             }
             _ => {}

@@ -289,22 +289,43 @@ fn import_trusts_only_embeddings_the_model_confirms() {
         }
     };
 
-    let target = Redis::start(&[]);
-    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
-    let (ok, _, err) = memproxy(&args, Some(&out));
-    assert!(ok, "{err}");
-    assert!(
-        err.contains(&format!("{n} written, 0 deduplicated")),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!(
+    // Import `file` with --trust-embeddings into an empty Redis: every line written, every vector
+    // the model's, and `report` in what it printed.
+    let import = |file: &str, report: &str| {
+        let target = Redis::start(&[]);
+        let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
+        let (ok, _, err) = memproxy(&args, Some(file));
+        assert!(ok, "{err}");
+        assert!(
+            err.contains(&format!("{n} written, 0 deduplicated")),
+            "{err}"
+        );
+        assert!(err.contains(report), "{err}");
+        faithful(&target);
+        err
+    };
+    import(
+        &out,
+        &format!(
             "{} embeddings used from the file, 16 compared with the model",
             n - 16
+        ),
+    );
+
+    // A bad line with a usable vector first: reported, not compared, and the trust goes on.
+    let mut bad = exported[0].clone();
+    bad["text"] = "".into();
+    let target = Redis::start(&[]);
+    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
+    let (ok, _, err) = memproxy(&args, Some(&format!("{bad}\n{out}")));
+    assert!(!ok && err.contains("line 1: no \"text\""), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} embeddings used from the file, 15 compared with the model",
+            n - 15
         )),
         "{err}"
     );
-    faithful(&target);
 
     // The first two lines' vectors swapped: still unit vectors of the right size and model
     // name, but not the model's for their texts.
@@ -313,23 +334,14 @@ fn import_trusts_only_embeddings_the_model_confirms() {
     swapped[0]["embedding"] = swapped[1]["embedding"].clone();
     swapped[1]["embedding"] = first;
     let file: String = swapped.iter().map(|l| format!("{l}\n")).collect();
-    let target = Redis::start(&[]);
-    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
-    let (ok, _, err) = memproxy(&args, Some(&file));
-    assert!(ok, "{err}");
-    assert!(
-        err.contains(&format!("{n} written, 0 deduplicated")),
-        "{err}"
-    );
-    assert!(
-        err.contains("0 embeddings used from the file, 1 compared with the model"),
-        "{err}"
+    let err = import(
+        &file,
+        "0 embeddings used from the file, 1 compared with the model",
     );
     assert!(
         err.contains("line 1: the file's embedding differs"),
         "{err}"
     );
-    faithful(&target);
 
     // Another model's lines are embedded by this one.
     let other: String = exported
@@ -340,13 +352,8 @@ fn import_trusts_only_embeddings_the_model_confirms() {
             format!("{l}\n")
         })
         .collect();
-    let target = Redis::start(&[]);
-    let args = ["import", "--upstream", &target.url(), "--trust-embeddings"];
-    let (ok, _, err) = memproxy(&args, Some(&other));
-    assert!(ok, "{err}");
-    assert!(
-        err.contains("0 embeddings used from the file, 0 compared with the model"),
-        "{err}"
+    import(
+        &other,
+        "0 embeddings used from the file, 0 compared with the model",
     );
-    faithful(&target);
 }
