@@ -33,14 +33,20 @@ const GENERIC_QUESTIONS: [&str; 6] = [
     "What should I know about them?",
 ];
 
-/// Questions about a person (the personal side of the lean).
-const PERSONAL: [&str; 6] = [
+/// Questions about a person (the personal side of the lean). The last three are an agent's
+/// "may I…?" questions, which name no fact ("Can I recommend a steakhouse?"): without them such
+/// questions leaned general and the gate dropped them (tuning set recall@3 87.6% → 90.1%,
+/// unrelated questions answered 1 → 0 of 31; held out unchanged).
+const PERSONAL: [&str; 9] = [
     "What does the user like?",
     "Tell me about this person.",
     "What should I know about them?",
     "Does the user have any preferences?",
     "How should I help this person?",
     "What do I know about the user?",
+    "Can I recommend something for them?",
+    "Should I change how I answer this person?",
+    "Would the user be fine with this?",
 ];
 
 /// General-knowledge questions (the other side).
@@ -71,7 +77,7 @@ pub struct Prototypes {
     small_talk: Vec<f32>,
 }
 
-/// Embedded when the engine starts (24 short sentences), so that no query pays for them.
+/// Embedded when the engine starts (27 short sentences), so that no query pays for them.
 #[derive(Default)]
 pub struct Ranker {
     prototypes: OnceCell<Prototypes>,
