@@ -803,6 +803,44 @@ fn default_recall_finds_indirect_questions_and_nothing_else() {
     }
 }
 
+/// An agent's "may I…?" question names no fact; the gate must still let it through to the fact
+/// that answers it (it leaned general before three such questions joined the personal side).
+#[test]
+fn auto_recall_answers_questions_an_agent_asks_before_acting() {
+    let mut con = shared().proxy.client();
+    let user = unique("may-i");
+    let id = |v: &Value| as_str(get(v, "id"));
+    let vegetarian = id(&remember(
+        &mut con,
+        "The user is vegetarian and does not eat meat or fish.",
+        &["USER", &user],
+    ));
+    remember(
+        &mut con,
+        "The user works as a backend engineer at a fintech startup.",
+        &["USER", &user],
+    );
+    remember(
+        &mut con,
+        "The user's cat is called Pixel.",
+        &["USER", &user],
+    );
+    let hits = recall(
+        &mut con,
+        "Can I recommend a steakhouse for dinner?",
+        &["USER", &user],
+    );
+    assert!(!hits.is_empty(), "the gate dropped the question");
+    assert_eq!(id(&hits[0]), vegetarian, "{:?}", texts(&hits));
+    // Small talk and a general question still recall nothing.
+    for q_ in [
+        "Thanks, that's all for now.",
+        "What is the capital of Peru?",
+    ] {
+        assert!(recall(&mut con, q_, &["USER", &user]).is_empty(), "{q_}");
+    }
+}
+
 /// `recall_hybrid_policy = "adaptive"` (the default) counts the scope in the script and picks
 /// brute force for a small scope and HNSW batches for one above 1,000 memories. Both branches must
 /// find the same nearest memory as an exact search would, and the marker must never reach
