@@ -305,7 +305,7 @@ impl Default for Config {
             recall_gate: 0.22,
             recall_raw_weight: 0.5,
             recall_recency_weight: 0.05,
-            recall_recency_half_life_days: 30.0,
+            recall_recency_half_life_days: 60.0,
             recall_hit_weight: 0.0,
             recall_candidates: 10,
             episodic_ttl_seconds: 7 * 24 * 3600,
