@@ -1000,6 +1000,57 @@ fn auto_recall_finds_own_facts_in_a_busy_scope() {
 
 /// `adaptive` counts a scope (FT.AGGREGATE … LIMIT 1000 1) in the first recall's script; the
 /// recalls after it reuse that count for a while and run one command fewer.
+/// Weeks-old facts against brand-new chatter on the same topic: the recency gain must not bury
+/// the fact (with a 30-day half-life the 20-day-old fact fell to fourth behind chatter about a
+/// time zone; with the default 60 days it is in the top three).
+#[test]
+fn recency_does_not_bury_a_weeks_old_fact_under_new_chatter() {
+    let s = shared();
+    let mut con = s.proxy.client();
+    let mut d = direct(&s.redis);
+    let user = unique("recency-busy");
+    let fact = as_str(get(
+        &remember(
+            &mut con,
+            "The user lives in Toronto with his partner.",
+            &["USER", &user, "NODEDUP"],
+        ),
+        "id",
+    ));
+    let mut p = redis::pipe();
+    // The busy scopes' chatter about a time zone ("My manager prefers working in the
+    // Europe/Berlin time zone (note 385)."…), written now.
+    for text in (384..448).filter(|i| i % 8 != 0).map(sentences::sentence) {
+        p.cmd("MEM.REMEMBER")
+            .arg(text)
+            .arg("USER")
+            .arg(&user)
+            .arg("NODEDUP")
+            .ignore();
+    }
+    let _: () = p.query(&mut con).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let _: () = redis::cmd("JSON.SET")
+        .arg(format!("agent:mem:{fact}"))
+        .arg("$.created_ts")
+        .arg(now - 20.0 * 86_400.0)
+        .query(&mut d)
+        .unwrap();
+    let hits = recall(
+        &mut con,
+        "Which city is the user based in?",
+        &["USER", &user, "K", "3"],
+    );
+    assert!(
+        hits.iter().any(|h| as_str(get(h, "id")) == fact),
+        "{:?}",
+        texts(&hits)
+    );
+}
+
 #[test]
 fn auto_recall_counts_a_scope_once() {
     let mut con = shared().proxy.client();
