@@ -809,29 +809,21 @@ fn default_recall_finds_indirect_questions_and_nothing_else() {
 fn auto_recall_answers_questions_an_agent_asks_before_acting() {
     let mut con = shared().proxy.client();
     let user = unique("may-i");
-    let id = |v: &Value| as_str(get(v, "id"));
-    let vegetarian = id(&remember(
-        &mut con,
+    let ids: Vec<String> = [
         "The user is vegetarian and does not eat meat or fish.",
-        &["USER", &user],
-    ));
-    remember(
-        &mut con,
         "The user works as a backend engineer at a fintech startup.",
-        &["USER", &user],
-    );
-    remember(
-        &mut con,
         "The user's cat is called Pixel.",
-        &["USER", &user],
-    );
+    ]
+    .iter()
+    .map(|t| as_str(get(&remember(&mut con, t, &["USER", &user]), "id")))
+    .collect();
     let hits = recall(
         &mut con,
         "Can I recommend a steakhouse for dinner?",
         &["USER", &user],
     );
     assert!(!hits.is_empty(), "the gate dropped the question");
-    assert_eq!(id(&hits[0]), vegetarian, "{:?}", texts(&hits));
+    assert_eq!(as_str(get(&hits[0], "id")), ids[0], "{:?}", texts(&hits));
     // Small talk and a general question still recall nothing.
     for q_ in [
         "Thanks, that's all for now.",
@@ -998,8 +990,6 @@ fn auto_recall_finds_own_facts_in_a_busy_scope() {
     );
 }
 
-/// `adaptive` counts a scope (FT.AGGREGATE … LIMIT 1000 1) in the first recall's script; the
-/// recalls after it reuse that count for a while and run one command fewer.
 /// Weeks-old facts against brand-new chatter on the same topic: the recency gain must not bury
 /// the fact (with a 30-day half-life the 20-day-old fact fell to fourth behind chatter about a
 /// time zone; with the default 60 days it is in the top three).
@@ -1051,6 +1041,8 @@ fn recency_does_not_bury_a_weeks_old_fact_under_new_chatter() {
     );
 }
 
+/// `adaptive` counts a scope (FT.AGGREGATE … LIMIT 1000 1) in the first recall's script; the
+/// recalls after it reuse that count for a while and run one command fewer.
 #[test]
 fn auto_recall_counts_a_scope_once() {
     let mut con = shared().proxy.client();

@@ -33,6 +33,12 @@ fn memproxy(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     )
 }
 
+/// `memproxy export --user user --embeddings` from the Redis at `url`.
+fn export_with_embeddings(url: &str, user: &str) -> (bool, String, String) {
+    let args = ["export", "--upstream", url, "--user", user, "--embeddings"];
+    memproxy(&args, None)
+}
+
 fn lines(s: &str) -> Vec<Value> {
     s.lines()
         .filter(|l| !l.trim().is_empty())
@@ -100,17 +106,7 @@ fn a_users_memories_move_between_deployments() {
     );
 
     let url = s.redis.url();
-    let (ok, out, err) = memproxy(
-        &[
-            "export",
-            "--upstream",
-            &url,
-            "--user",
-            &user,
-            "--embeddings",
-        ],
-        None,
-    );
+    let (ok, out, err) = export_with_embeddings(&url, &user);
     assert!(ok, "{err}");
     let exported = lines(&out);
     assert_eq!(exported.len(), 3, "{out}");
@@ -246,17 +242,7 @@ fn import_trusts_only_embeddings_the_model_confirms() {
             &["MEM.REMEMBER", text, "USER", &user, "KIND", "semantic"],
         );
     }
-    let (ok, out, err) = memproxy(
-        &[
-            "export",
-            "--upstream",
-            &s.redis.url(),
-            "--user",
-            &user,
-            "--embeddings",
-        ],
-        None,
-    );
+    let (ok, out, err) = export_with_embeddings(&s.redis.url(), &user);
     assert!(ok, "{err}");
     let exported = lines(&out);
     let n = exported.len();
