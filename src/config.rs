@@ -207,6 +207,10 @@ pub struct Config {
     pub recall_recency_half_life_days: f64,
     /// `MODE auto`: gain per doubling of a memory's hit count (0: off).
     pub recall_hit_weight: f64,
+    /// `MODE auto`: how much a candidate loses for looking like the other candidates (its dot
+    /// product with their mean vector; 0: off). A cluster of look-alike memories stops crowding
+    /// out the one memory that answers.
+    pub recall_distinct_weight: f64,
     /// `MODE auto`: nearest memories considered before ranking (at least K).
     pub recall_candidates: usize,
     pub episodic_ttl_seconds: u64,
@@ -307,6 +311,7 @@ impl Default for Config {
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 60.0,
             recall_hit_weight: 0.0,
+            recall_distinct_weight: 0.4,
             recall_candidates: 10,
             episodic_ttl_seconds: 7 * 24 * 3600,
             consolidate_interval_seconds: 0,
@@ -418,6 +423,7 @@ impl Config {
             ("recall_gate", self.recall_gate),
             ("recall_recency_weight", self.recall_recency_weight),
             ("recall_hit_weight", self.recall_hit_weight),
+            ("recall_distinct_weight", self.recall_distinct_weight),
         ] {
             if !(-2.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not in [-2, 2]"));

@@ -933,8 +933,10 @@ fn adaptive_policy_finds_the_nearest_in_small_and_large_scopes() {
 /// A user's own facts are still found when the scope also holds hundreds of memories about other
 /// people on the same topics ("The customer asked about restaurant suggestions that avoid
 /// peanuts"): `MODE auto` blends the raw similarity into its ranking (`recall_raw_weight`); the
-/// ranking vector alone put the chatter first (bench/recall.rs, busy scopes). Measured: 23 of
-/// alice's 31 questions with the default, 18 with `recall_raw_weight = 0`.
+/// ranking vector alone put the chatter first (bench/recall.rs, busy scopes), and a candidate
+/// that looks like the other candidates loses `recall_distinct_weight` × its likeness, so a
+/// cluster of chatter stops crowding out the fact. Measured: 25 of alice's 31 questions with the
+/// default, 23 with `recall_distinct_weight = 0`, 18 with both it and `recall_raw_weight` at 0.
 #[test]
 fn auto_recall_finds_own_facts_in_a_busy_scope() {
     let mut con = shared().proxy.client();
@@ -984,7 +986,7 @@ fn auto_recall_finds_own_facts_in_a_busy_scope() {
         })
         .count();
     assert!(
-        found * 100 >= asks.len() * 65,
+        found * 100 >= asks.len() * 78,
         "{found} of {} questions found their fact among {n} memories of chatter",
         asks.len()
     );

@@ -366,6 +366,17 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
 }
 
 /// A command (or script arguments) from its words.
+impl Keyspace {
+    /// `JSON.MGET` of the memories' embeddings.
+    pub fn embeddings(&self, ids: &[&str]) -> Spec {
+        let keys: Vec<String> = ids.iter().map(|id| self.memory(id)).collect();
+        let mut args: Vec<&str> = vec!["JSON.MGET"];
+        args.extend(keys.iter().map(String::as_str));
+        args.push("$.embedding");
+        cmd(&args)
+    }
+}
+
 pub fn cmd(args: &[&str]) -> Spec {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
 }

@@ -303,6 +303,9 @@ impl Store {
                 )
                 .await?;
             if let Some(r) = self.parse_remembered(&v)? {
+                if !r.deduped {
+                    self.vectors.put(&r.id, vector.into());
+                }
                 return Ok(r);
             }
         }
@@ -373,7 +376,53 @@ impl Store {
             .map(|(side, s)| (s, !Self::is_auto_raw_side(r, *side)))
             .collect();
         let results = self.search(link, &sides).await?;
+        self.fill_vectors(link, r, specs, &results).await;
         self.fuse(r, specs, &results)
+    }
+
+    /// Read the embeddings of `MODE auto`'s candidates that [`super::vectors`] lacks, with one
+    /// `JSON.MGET` as the client. On any failure the ranking goes on without the distinctiveness
+    /// term.
+    pub(crate) async fn fill_vectors(
+        &self,
+        link: &mut Link,
+        r: &Recall<'_>,
+        specs: &[(Retrieval, Spec)],
+        results: &[Value],
+    ) {
+        if r.mode != Retrieval::Auto || self.config().recall_distinct_weight == 0.0 {
+            return;
+        }
+        let Some(raw) = specs
+            .iter()
+            .zip(results)
+            .find(|((side, _), _)| Self::is_auto_raw_side(r, *side))
+            .map(|(_, result)| result)
+        else {
+            return;
+        };
+        let Ok(hits) = self.parse_rows(raw, Retrieval::Vector) else {
+            return;
+        };
+        let missing: Vec<&str> = hits
+            .iter()
+            .map(|h| h.id.as_str())
+            .filter(|id| self.vectors.get(id).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let Ok(reply) = link.call1(self.keys.embeddings(&missing)).await else {
+            return;
+        };
+        for (id, v) in missing.iter().zip(array(&reply)) {
+            let parsed = text(v).and_then(|t| serde_json::from_str::<Vec<Vec<f32>>>(&t).ok());
+            if let Some(x) = parsed.and_then(|mut all| all.pop()) {
+                if x.len() == self.dim {
+                    self.vectors.put(id, x.into());
+                }
+            }
+        }
     }
 
     /// What an `adaptive` count found for `scope` within the last [`SCOPE_SIZE_TTL`]: more
@@ -485,8 +534,10 @@ impl Store {
     /// `MODE auto`: nothing when the query fails the relevance gate (best raw similarity plus
     /// [`LEAN_WEIGHT`] × the query's personal lean under `recall_gate`); else the raw candidates
     /// (within THRESHOLD) ordered by similarity to the ranking vector plus a recency gain
-    /// `w · 0.5^(age_days / half_life)` and a use gain `h · log2(1 + hit_count)`. A hit keeps its
-    /// raw `distance` (to the query's own embedding) and carries that total as `score`.
+    /// `w · 0.5^(age_days / half_life)` and a use gain `h · log2(1 + hit_count)`, minus
+    /// `recall_distinct_weight` × the candidate's dot product with the candidates' mean vector
+    /// (when every candidate's vector is in [`super::vectors`]). A hit keeps its raw `distance`
+    /// (to the query's own embedding) and carries that total as `score`.
     fn rank(&self, r: &Recall<'_>, raw: Vec<Hit>, ranked: Vec<Hit>) -> Vec<Hit> {
         let c = self.config();
         let Some(ranking) = &r.ranking else {
@@ -500,9 +551,18 @@ impl Store {
             return Vec::new();
         }
         let now = super::now_ts();
+        // How much each candidate looks like the others, when every candidate's vector is known.
+        let vectors: Option<Vec<crate::embed::Vector>> = (c.recall_distinct_weight != 0.0)
+            .then(|| ranked.iter().map(|h| self.vectors.get(&h.id)).collect())
+            .flatten();
+        let likeness = vectors
+            .filter(|v| v.len() > 1)
+            .map(|v| super::vectors::likeness(&v))
+            .unwrap_or_default();
         let mut out: Vec<Hit> = ranked
             .into_iter()
-            .filter_map(|h| {
+            .enumerate()
+            .filter_map(|(i, h)| {
                 let raw_hit = raw.iter().find(|x| x.id == h.id)?;
                 let age_days = h
                     .created_ts
@@ -512,7 +572,8 @@ impl Store {
                     + c.recall_raw_weight * similarity(raw_hit.distance)
                     + c.recall_recency_weight
                         * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
-                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2();
+                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2()
+                    - c.recall_distinct_weight * likeness.get(i).copied().unwrap_or(0.0);
                 Some(Hit {
                     distance: raw_hit.distance,
                     score: Some(score),
