@@ -17,11 +17,13 @@ for p in $SP $TP; do for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2
 ./target/release/memproxy --listen "127.0.0.1:$MP" --upstream "redis://127.0.0.1:$SP" --log warn & MPID=$!
 for _ in $(seq 200); do redis-cli -p "$MP" MEM.PING >/dev/null 2>&1 && break; sleep 0.1; done
 work=$(mktemp -d)
-# Four words drawn from this README per sentence: far enough apart that few deduplicate.
+# Four words drawn from the recall evaluation sets per sentence: far enough apart that few
+# deduplicate.
 python3 - "$N" > "$work/plant.txt" <<'PY'
 import random, re, sys
 random.seed(7)
-words = sorted(set(re.findall(r"[a-z]{5,}", open("README.md").read().lower())))
+text = open("bench/data/recall-eval.tsv").read() + open("bench/data/recall-holdout.tsv").read()
+words = sorted(set(re.findall(r"[a-z]{5,}", text.lower())))
 for i in range(int(sys.argv[1])):
     w = random.sample(words, 4)
     print(f'MEM.REMEMBER "The user talked about {w[0]} and {w[1]} while fixing the {w[2]} {w[3]}." USER importer KIND semantic NODEDUP')
