@@ -236,8 +236,8 @@ fn main() {
     // Busy scopes: each user also holds 448 memories of work chatter about other people ("My
     // manager approved the postmortem…", "The customer asked about restaurant suggestions that
     // avoid peanuts…": the facts' topics, never "The user"), so the candidates of `MODE auto`
-    // are a small part of the scope. Printed for `recall_candidates` 10 (the default) beside 20
-    // and 40, on proxies of their own.
+    // are a small part of the scope. Printed for `recall_candidates` 8 (the default) beside 6, 10
+    // and 20, on proxies of their own.
     let users: std::collections::BTreeSet<&str> = asks.iter().map(|a| a.user.as_str()).collect();
     for user in &users {
         let mut pipe = redis::pipe();
@@ -268,7 +268,7 @@ fn main() {
         questions,
         unrelated,
     );
-    for candidates in [10usize, 20, 40] {
+    for candidates in [6usize, 8, 10, 20] {
         let conf = std::env::temp_dir().join(format!(
             "memproxy-recall-{}-{candidates}.toml",
             std::process::id()
@@ -285,8 +285,8 @@ fn main() {
                 .query(&mut c)
                 .unwrap();
         }
-        let name = if candidates == 10 {
-            "10 (default)".to_string()
+        let name = if candidates == 8 {
+            "8 (default)".to_string()
         } else {
             candidates.to_string()
         };

@@ -312,7 +312,7 @@ impl Default for Config {
             recall_recency_half_life_days: 60.0,
             recall_hit_weight: 0.0,
             recall_distinct_weight: 0.4,
-            recall_candidates: 10,
+            recall_candidates: 8,
             episodic_ttl_seconds: 7 * 24 * 3600,
             consolidate_interval_seconds: 0,
             consolidate_threshold: 0.20,

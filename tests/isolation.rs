@@ -488,3 +488,70 @@ fn bound_scope_forgets_by_id_for_any_name() {
     let id = as_str(get(&v, "id"));
     assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &id])), 1);
 }
+
+/// `MODE auto` ranks its candidates with their vectors, read as the client with JSON.MGET when
+/// the proxy has not seen them (memories written around it). A user who may search but not run
+/// JSON.MGET still gets the answer (ranked by raw similarity), not an error.
+#[test]
+fn auto_recall_answers_a_user_who_may_not_read_json() {
+    let mut d = admin();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "searcher",
+            "on",
+            ">searcherpw",
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .arg("-json.mget")
+        .query::<()>(&mut d)
+        .unwrap();
+    let user = unique("nomget");
+    let mut w = as_user("writer");
+    let facts = [
+        "The user is allergic to peanuts.",
+        "The user plays the cello on weekends.",
+        "The user's daughter starts school in September.",
+    ];
+    for (i, fact) in facts.iter().enumerate() {
+        let v: Vec<f32> = redis::cmd("MEM.EMBED").arg(*fact).query(&mut w).unwrap();
+        let id = format!("{user}-{i}");
+        plant_cmd(&id, &user, "default", "semantic", &v, 1.7e9, 0)
+            .query::<()>(&mut d)
+            .unwrap();
+        redis::cmd("JSON.SET")
+            .arg(format!("agent:mem:{id}"))
+            .arg("$.text")
+            .arg(serde_json::to_string(fact).unwrap())
+            .query::<()>(&mut d)
+            .unwrap();
+    }
+    wait_indexed(&mut d);
+    redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query::<()>(&mut d)
+        .unwrap();
+    let mut s = as_user("searcher");
+    let ask = [
+        "MEM.RECALL",
+        "Is there anything they can't eat?",
+        "USER",
+        &user,
+    ];
+    let hits = q(&mut s, &ask);
+    assert_eq!(as_str(get(&items(&hits)[0], "text")), facts[0], "{hits:?}");
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut d).unwrap();
+    assert!(
+        log.iter().any(
+            |e| as_str(get(e, "object")).eq_ignore_ascii_case("json.mget")
+                && as_str(get(e, "username")) == "searcher"
+        ),
+        "the vectors were asked for as the searcher: {log:?}"
+    );
+    // The writer may read them: the same answer, now with every term.
+    let hits = q(&mut w, &ask);
+    assert_eq!(as_str(get(&items(&hits)[0], "text")), facts[0], "{hits:?}");
+}

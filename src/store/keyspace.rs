@@ -114,9 +114,6 @@ impl Scope {
 /// `recall_hybrid_policy = "adaptive"` as it travels in a KNN query (the scripts replace it).
 pub const ADAPTIVE: &str = " HYBRID_POLICY ADAPTIVE";
 
-/// In a search spec, `INKEYS <this>` stands for the keys the previous search returned.
-pub const PREVIOUS_KEYS: &str = "$previous";
-
 /// Key names and index name, from the configured prefixes.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
@@ -216,12 +213,13 @@ impl Keyspace {
         Self::with_return(self.knn_base(scope, k, vector), &["distance"])
     }
 
-    /// KNN `k` within the scope with only the distance and the id (the raw side of `MODE auto`,
-    /// which gives distances to the ranked side's hits; every returned field costs Redis time).
+    /// `MODE auto`'s candidates: KNN `k` within the scope with every memory field and the
+    /// distance. The proxy ranks them itself (`Store::rank`, with their vectors), so one search
+    /// serves the gate, the ranking and the reply.
     ///
     /// `large`: what an earlier `adaptive` count found for this scope (more memories than the
     /// brute-force limit, or not), so the script need not count again; `None` to count.
-    pub fn knn_distances(
+    pub fn knn_candidates(
         &self,
         scope: &Scope,
         k: usize,
@@ -238,26 +236,7 @@ impl Keyspace {
             }
             _ => self.knn_policy.as_str(),
         };
-        let mut s = self.knn_with(scope, k, vector, policy);
-        s.extend(
-            ["RETURN", "2", "distance", "id", "DIALECT", "2"]
-                .iter()
-                .map(|a| a.as_bytes().to_vec()),
-        );
-        s
-    }
-
-    /// KNN `k` with every memory field and the distance, among the scope's memories that the
-    /// previous search of the same script call returned (the prelude puts their keys in place
-    /// of [`PREVIOUS_KEYS`] as `INKEYS n key…`). INKEYS filters before the KNN, and brute force
-    /// over those few keys is exact: `MODE auto` ranks exactly the raw side's candidates.
-    pub fn knn_among_previous(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
-        let mut s = self.knn_with(scope, k, vector, " HYBRID_POLICY ADHOC_BF");
-        s.splice(
-            2..2,
-            [b"INKEYS".to_vec(), PREVIOUS_KEYS.as_bytes().to_vec()],
-        );
-        Self::with_return(s, &["distance"])
+        Self::with_return(self.knn_with(scope, k, vector, policy), &["distance"])
     }
 
     /// KNN `k` within the scope with the distance and the scope fields, searching the HNSW graph
@@ -368,10 +347,9 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
 /// A command (or script arguments) from its words.
 impl Keyspace {
     /// `JSON.MGET` of the memories' embeddings.
-    pub fn embeddings(&self, ids: &[&str]) -> Spec {
-        let keys: Vec<String> = ids.iter().map(|id| self.memory(id)).collect();
+    pub fn embeddings(&self, keys: &[&str]) -> Spec {
         let mut args: Vec<&str> = vec!["JSON.MGET"];
-        args.extend(keys.iter().map(String::as_str));
+        args.extend(keys.iter().copied());
         args.push("$.embedding");
         cmd(&args)
     }

@@ -337,16 +337,12 @@ impl Store {
         if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
             specs.push((Retrieval::Vector, self.keys.knn(r.scope, r.k, r.vector)));
         }
-        if let (Retrieval::Auto, Some(ranking)) = (r.mode, &r.ranking) {
+        if r.mode == Retrieval::Auto && r.ranking.is_some() {
             let c = r.k.max(self.config().recall_candidates);
             let large = self.scope_size_known(r.scope);
             specs.push((
-                Retrieval::Vector,
-                self.keys.knn_distances(r.scope, c, r.vector, large),
-            ));
-            specs.push((
                 Retrieval::Auto,
-                self.keys.knn_among_previous(r.scope, c, &ranking.vector),
+                self.keys.knn_candidates(r.scope, c, r.vector, large),
             ));
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
@@ -371,18 +367,16 @@ impl Store {
         r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
     ) -> MemResult<Vec<Hit>> {
-        let sides: Vec<(&Spec, bool)> = specs
-            .iter()
-            .map(|(side, s)| (s, !Self::is_auto_raw_side(r, *side)))
-            .collect();
+        let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
         let results = self.search(link, &sides).await?;
         self.fill_vectors(link, r, specs, &results).await;
         self.fuse(r, specs, &results)
     }
 
     /// Read the embeddings of `MODE auto`'s candidates that [`super::vectors`] lacks, with one
-    /// `JSON.MGET` as the client. On any failure the ranking goes on without the distinctiveness
-    /// term.
+    /// `JSON.MGET` as the client. On failure (e.g. an ACL user who may search but not read
+    /// JSON) the candidates without a vector are ranked by their raw similarity, and the
+    /// distinctiveness term is left out.
     pub(crate) async fn fill_vectors(
         &self,
         link: &mut Link,
@@ -390,34 +384,42 @@ impl Store {
         specs: &[(Retrieval, Spec)],
         results: &[Value],
     ) {
-        if r.mode != Retrieval::Auto || self.config().recall_distinct_weight == 0.0 {
-            return;
-        }
-        let Some(raw) = specs
+        let Some(candidates) = specs
             .iter()
             .zip(results)
-            .find(|((side, _), _)| Self::is_auto_raw_side(r, *side))
+            .find(|((side, _), _)| r.mode == Retrieval::Auto && *side == Retrieval::Auto)
             .map(|(_, result)| result)
         else {
             return;
         };
-        let Ok(hits) = self.parse_rows(raw, Retrieval::Vector) else {
-            return;
-        };
-        let missing: Vec<&str> = hits
+        let rows = array(candidates).get(2).map(array).unwrap_or_default();
+        // (id, key) of each candidate whose vector is not kept; the key is read, not rebuilt
+        // from the id (a memory written by other code may carry an id unlike its key).
+        let missing: Vec<(String, String)> = rows
             .iter()
-            .map(|h| h.id.as_str())
-            .filter(|id| self.vectors.get(id).is_none())
+            .filter_map(|row| {
+                let key = array(row).first().and_then(text)?;
+                let id = self.row_id(array(row), &key);
+                (!self.vectors.contains(&id)).then_some((id, key))
+            })
             .collect();
         if missing.is_empty() {
             return;
         }
-        let Ok(reply) = link.call1(self.keys.embeddings(&missing)).await else {
-            return;
+        let keys: Vec<&str> = missing.iter().map(|(_, k)| k.as_str()).collect();
+        let reply = match link.call1(self.keys.embeddings(&keys)).await.and_then(ok) {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::debug!(error = %e, "recall: candidates' vectors not readable");
+                return;
+            }
         };
-        for (id, v) in missing.iter().zip(array(&reply)) {
-            let parsed = text(v).and_then(|t| serde_json::from_str::<Vec<Vec<f32>>>(&t).ok());
-            if let Some(x) = parsed.and_then(|mut all| all.pop()) {
+        for ((id, _), v) in missing.iter().zip(array(&reply)) {
+            let bytes = match v {
+                Value::BulkString(b) => b.as_slice(),
+                _ => continue,
+            };
+            if let Some(x) = super::vectors::parse_json_path_vector(bytes) {
                 if x.len() == self.dim {
                     self.vectors.put(id, x.into());
                 }
@@ -450,12 +452,6 @@ impl Store {
         known.insert(scope.filter(), (std::time::Instant::now(), large));
     }
 
-    /// The raw side of `MODE auto`: distances and ids only (no TTLs, no scope fields), read for
-    /// the ranked side's hits and the gate; every other side's rows are whole hits.
-    pub(crate) fn is_auto_raw_side(r: &Recall<'_>, side: Retrieval) -> bool {
-        r.mode == Retrieval::Auto && side == Retrieval::Vector
-    }
-
     /// Turn the raw search results into hits: thresholded vector hits, keyword hits, or their
     /// reciprocal rank fusion. In hybrid mode a failed vector side leaves the keyword side.
     pub(crate) fn fuse(
@@ -466,9 +462,9 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let mut vector_hits = None;
         let mut keyword_hits = None;
-        let mut ranked_hits = None;
+        let mut candidates = None;
         for ((side, _), result) in specs.iter().zip(results) {
-            let parsed = if Self::is_auto_raw_side(r, *side) {
+            let parsed = if *side == Retrieval::Auto {
                 self.note_scope_size(r.scope, result);
                 self.parse_rows(result, *side)
             } else {
@@ -486,18 +482,14 @@ impl Store {
                     tracing::warn!(error = %e, "hybrid recall: vector side failed, answering with the keyword side")
                 }
                 (_, Err(e)) => return Err(e),
-                (Retrieval::Auto, Ok(hits)) => ranked_hits = Some(hits),
+                (Retrieval::Auto, Ok(hits)) => candidates = Some(hits),
                 (_, Ok(hits)) => keyword_hits = Some(hits),
             }
         }
         match r.mode {
             Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
             Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
-            Retrieval::Auto => Ok(self.rank(
-                r,
-                vector_hits.unwrap_or_default(),
-                ranked_hits.unwrap_or_default(),
-            )),
+            Retrieval::Auto => Ok(self.rank(r, candidates.unwrap_or_default())),
             Retrieval::Hybrid => {
                 let Some(vector_hits) = vector_hits else {
                     return Ok(keyword_hits.unwrap_or_default());
@@ -532,54 +524,68 @@ impl Store {
     }
 
     /// `MODE auto`: nothing when the query fails the relevance gate (best raw similarity plus
-    /// [`LEAN_WEIGHT`] × the query's personal lean under `recall_gate`); else the raw candidates
-    /// (within THRESHOLD) ordered by similarity to the ranking vector plus a recency gain
+    /// [`LEAN_WEIGHT`] × the query's personal lean under `recall_gate`); else the candidates of
+    /// the scope within THRESHOLD, ordered by `(1 − raw_weight)` × similarity to the ranking
+    /// vector + `raw_weight` × raw similarity, plus a recency gain
     /// `w · 0.5^(age_days / half_life)` and a use gain `h · log2(1 + hit_count)`, minus
     /// `recall_distinct_weight` × the candidate's dot product with the candidates' mean vector
-    /// (when every candidate's vector is in [`super::vectors`]). A hit keeps its raw `distance`
-    /// (to the query's own embedding) and carries that total as `score`.
-    fn rank(&self, r: &Recall<'_>, raw: Vec<Hit>, ranked: Vec<Hit>) -> Vec<Hit> {
+    /// (when every candidate's vector is known). Similarity to the ranking vector is the cosine
+    /// with the candidate's vector from [`super::vectors`] (its raw similarity when that is not
+    /// known). A hit keeps its raw `distance` (to the query's own embedding) and carries that
+    /// total as `score`.
+    fn rank(&self, r: &Recall<'_>, rows: Vec<Hit>) -> Vec<Hit> {
         let c = self.config();
         let Some(ranking) = &r.ranking else {
             return Vec::new();
         };
-        let best = raw
+        // The gate looks at every row the search returned, as RediSearch's TAG match found them.
+        let best = rows
             .iter()
             .filter_map(|h| h.distance)
+            .filter(|d| *d <= r.threshold)
             .fold(f64::INFINITY, f64::min);
         if !best.is_finite() || 1.0 - best + LEAN_WEIGHT * ranking.lean < c.recall_gate {
             return Vec::new();
         }
-        let now = super::now_ts();
-        // How much each candidate looks like the others, when every candidate's vector is known.
-        let vectors: Option<Vec<crate::embed::Vector>> = (c.recall_distinct_weight != 0.0)
-            .then(|| ranked.iter().map(|h| self.vectors.get(&h.id)).collect())
-            .flatten();
-        let likeness = vectors
-            .filter(|v| v.len() > 1)
-            .map(|v| super::vectors::likeness(&v))
-            .unwrap_or_default();
-        let mut out: Vec<Hit> = ranked
+        let candidates: Vec<Hit> = rows
             .into_iter()
+            .filter(|h| {
+                r.scope
+                    .matches(&h.user, &h.namespace, &h.kind, h.source_thread.as_deref())
+            })
+            .collect();
+        let vectors: Vec<Option<crate::embed::Vector>> =
+            candidates.iter().map(|h| self.vectors.get(&h.id)).collect();
+        // How much each candidate looks like the others, when every candidate's vector is known.
+        let likeness = match vectors.iter().cloned().collect::<Option<Vec<_>>>() {
+            Some(v) if c.recall_distinct_weight != 0.0 && v.len() > 1 => {
+                super::vectors::likeness(&v)
+            }
+            _ => Vec::new(),
+        };
+        let now = super::now_ts();
+        let mut out: Vec<Hit> = candidates
+            .into_iter()
+            .zip(vectors)
             .enumerate()
-            .filter_map(|(i, h)| {
-                let raw_hit = raw.iter().find(|x| x.id == h.id)?;
+            .filter(|(_, (h, _))| h.distance.is_some_and(|d| d <= r.threshold))
+            .map(|(i, (h, v))| {
+                let raw = h.distance.map_or(0.0, |d| 1.0 - d);
+                let ranked = v.map_or(raw, |v| super::vectors::cosine(&ranking.vector, &v));
                 let age_days = h
                     .created_ts
                     .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));
-                let similarity = |d: Option<f64>| d.map_or(0.0, |d| 1.0 - d);
-                let score = (1.0 - c.recall_raw_weight) * similarity(h.distance)
-                    + c.recall_raw_weight * similarity(raw_hit.distance)
+                let score = (1.0 - c.recall_raw_weight) * ranked
+                    + c.recall_raw_weight * raw
                     + c.recall_recency_weight
                         * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
                     + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2()
                     - c.recall_distinct_weight * likeness.get(i).copied().unwrap_or(0.0);
-                Some(Hit {
-                    distance: raw_hit.distance,
+                Hit {
                     score: Some(score),
                     retrieval: Retrieval::Auto,
                     ..h
-                })
+                }
             })
             .collect();
         out.sort_by(|a, b| {
@@ -618,6 +624,15 @@ impl Store {
         Ok(rows.iter().map(|row| self.hit(array(row), side)).collect())
     }
 
+    /// A search row's memory id: its `id` field, else its key without the prefix.
+    fn row_id(&self, row: &[Value], key: &str) -> String {
+        let fields = row.get(3).map(array).unwrap_or_default();
+        field(fields, "id")
+            .and_then(text)
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.keys.memory_id(key).to_string())
+    }
+
     fn hit(&self, row: &[Value], side: Retrieval) -> Hit {
         let key = row.first().and_then(text).unwrap_or_default();
         let fields = row.get(3).map(array).unwrap_or_default();
@@ -628,9 +643,7 @@ impl Store {
             _ => row.get(2).and_then(float),
         };
         Hit {
-            id: get("id")
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| self.keys.memory_id(&key).to_string()),
+            id: self.row_id(row, &key),
             text: get("text").unwrap_or_default(),
             kind: get("kind").unwrap_or_default(),
             user: get("user").unwrap_or_default(),

@@ -364,7 +364,10 @@ impl Store {
             .search
             .run(link, &[], &self.keys.rights_read(), args)
             .await?;
-        Ok(value::array(&v).to_vec())
+        Ok(match v {
+            Value::Array(a) | Value::Set(a) => a,
+            _ => Vec::new(),
+        })
     }
 }
 

@@ -315,8 +315,8 @@ impl Store {
         ] {
             args.push(a.into_bytes());
         }
-        for (side, s) in specs {
-            push_search(&mut args, s, !Self::is_auto_raw_side(&t.recall, *side));
+        for (_, s) in specs {
+            push_search(&mut args, s, true);
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {
@@ -343,6 +343,9 @@ impl Store {
             Value::Nil => None,
             other => self.parse_remembered(other)?,
         };
+        if let Some(r) = remembered.as_ref().filter(|r| !r.deduped) {
+            self.vectors.put(&r.id, t.recall.vector.into());
+        }
         Ok(Some(TurnOutcome {
             turn_count: int(&a[0]).unwrap_or(0),
             recalled,

@@ -17,6 +17,7 @@ pub fn text(v: &Value) -> Option<String> {
 pub fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         other => text(other).and_then(|s| s.parse().ok()),
     }
 }
@@ -25,6 +26,7 @@ pub fn float(v: &Value) -> Option<f64> {
     match v {
         Value::Double(d) => Some(*d),
         Value::Int(i) => Some(*i as f64),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         other => text(other).and_then(|s| s.parse().ok()),
     }
 }

@@ -91,25 +91,13 @@ local function search(args, ttl)
   return {'ok', r[1], rows, policy or ''}
 end
 
--- `INKEYS $previous` in a spec: the keys the previous spec's search returned (MODE auto's ranked
--- side searches exactly the raw side's candidates). None (or a failed search): no rows.
-local function with_previous_keys(args, previous)
-  if args[3] ~= 'INKEYS' or args[4] ~= '$previous' then return args, true end
-  if not previous or previous[1] ~= 'ok' or #previous[3] == 0 then return args, false end
-  local out = {args[1], args[2], 'INKEYS', tostring(#previous[3])}
-  for _, row in ipairs(previous[3]) do out[#out + 1] = row[1] end
-  for j = 5, #args do out[#out + 1] = args[j] end
-  return out, true
-end
-
 -- Run `count` search specs starting at A[i]; returns their results and the index after them.
 local function search_specs(count, i)
   local out = {}
   for s = 1, count do
-    local args, ttl, any
+    local args, ttl
     args, i, ttl = read_spec(i)
-    args, any = with_previous_keys(args, out[s - 1])
-    if any then out[s] = search(args, ttl) else out[s] = {'ok', 0, {}} end
+    out[s] = search(args, ttl)
   end
   return out, i
 end
