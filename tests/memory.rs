@@ -1079,17 +1079,32 @@ fn auto_recall_counts_a_scope_once() {
     // recalls below are the same work but for the count.
     let _: Value = q(&mut con, &["MEM.EMBED", question]);
     recall(&mut con, question, &["USER", &unique("counted-other")]);
-    let mut cost = |con: &mut redis::Connection| {
+    let mut cost = |con: &mut redis::Connection, args: &[&str]| {
         let before = upstream_cmds();
-        let hits = recall(con, question, &["USER", &user]);
+        let hits = recall(con, question, args);
         assert_eq!(texts(&hits), ["The user grows tomatoes on the balcony."]);
         upstream_cmds() - before
     };
-    let first = cost(&mut con);
-    let second = cost(&mut con);
+    let first = cost(&mut con, &["USER", &user]);
+    let second = cost(&mut con, &["USER", &user]);
     assert_eq!(
         second,
         first - 1,
         "first recall {first} commands, second {second}"
+    );
+    // The guide's `MODE vector` reuses the count as well.
+    let user = unique("counted-vector");
+    remember(
+        &mut con,
+        "The user grows tomatoes on the balcony.",
+        &["USER", &user],
+    );
+    let vector = ["USER", &user, "MODE", "vector", "THRESHOLD", "0.9"];
+    let first = cost(&mut con, &vector);
+    let second = cost(&mut con, &vector);
+    assert_eq!(
+        second,
+        first - 1,
+        "MODE vector: first recall {first} commands, second {second}"
     );
 }

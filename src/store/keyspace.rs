@@ -208,24 +208,12 @@ impl Keyspace {
         s
     }
 
-    /// KNN `k` within the scope, with every memory field and the distance.
-    pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32]) -> Spec {
-        Self::with_return(self.knn_base(scope, k, vector), &["distance"])
-    }
-
-    /// `MODE auto`'s candidates: KNN `k` within the scope with every memory field and the
-    /// distance. The proxy ranks them itself (`Store::rank`, with their vectors), so one search
-    /// serves the gate, the ranking and the reply.
+    /// KNN `k` within the scope with every memory field and the distance (`MODE vector`, and
+    /// `MODE auto`'s candidates, which the proxy ranks itself: `Store::rank`).
     ///
     /// `large`: what an earlier `adaptive` count found for this scope (more memories than the
     /// brute-force limit, or not), so the script need not count again; `None` to count.
-    pub fn knn_candidates(
-        &self,
-        scope: &Scope,
-        k: usize,
-        vector: &[f32],
-        large: Option<bool>,
-    ) -> Spec {
+    pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32], large: Option<bool>) -> Spec {
         let policy = match large {
             Some(large) if self.knn_policy == ADAPTIVE => {
                 if large {

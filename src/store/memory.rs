@@ -334,16 +334,16 @@ impl Store {
     /// The searches a recall needs: (retrieval, spec) for each side.
     pub(crate) fn recall_specs(&self, r: &Recall<'_>) -> Vec<(Retrieval, Spec)> {
         let mut specs = Vec::new();
+        let large = self.scope_size_known(r.scope);
         if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
-            specs.push((Retrieval::Vector, self.keys.knn(r.scope, r.k, r.vector)));
+            specs.push((
+                Retrieval::Vector,
+                self.keys.knn(r.scope, r.k, r.vector, large),
+            ));
         }
         if r.mode == Retrieval::Auto && r.ranking.is_some() {
             let c = r.k.max(self.config().recall_candidates);
-            let large = self.scope_size_known(r.scope);
-            specs.push((
-                Retrieval::Auto,
-                self.keys.knn_candidates(r.scope, c, r.vector, large),
-            ));
+            specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, r.vector, large)));
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
             if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
@@ -464,8 +464,10 @@ impl Store {
         let mut keyword_hits = None;
         let mut candidates = None;
         for ((side, _), result) in specs.iter().zip(results) {
-            let parsed = if *side == Retrieval::Auto {
+            if matches!(side, Retrieval::Auto | Retrieval::Vector) {
                 self.note_scope_size(r.scope, result);
+            }
+            let parsed = if *side == Retrieval::Auto {
                 self.parse_rows(result, *side)
             } else {
                 self.parse_search(result, *side, r.scope)
