@@ -7,9 +7,10 @@
 
 use crate::config::Config;
 
-/// Fields returned for every memory (never the embedding).
-pub const MEMORY_FIELDS: [&str; 8] = [
-    "id",
+/// Fields returned for every memory (never the embedding). Not `id`: a memory's id is its key
+/// without the prefix (what MEM.FORGET takes, and what the proxy keeps vectors by); a
+/// document's own `id` field is whatever its writer put there.
+pub const MEMORY_FIELDS: [&str; 7] = [
     "user",
     "namespace",
     "kind",
@@ -238,9 +239,8 @@ impl Keyspace {
         s.extend(
             [
                 "RETURN",
-                "6",
+                "5",
                 "distance",
-                "id",
                 "user",
                 "namespace",
                 "kind",

@@ -393,20 +393,16 @@ impl Store {
             return;
         };
         let rows = array(candidates).get(2).map(array).unwrap_or_default();
-        // (id, key) of each candidate whose vector is not kept; the key is read, not rebuilt
-        // from the id (a memory written by other code may carry an id unlike its key).
-        let missing: Vec<(String, String)> = rows
+        // The keys of the candidates whose vectors are not kept.
+        let missing: Vec<String> = rows
             .iter()
-            .filter_map(|row| {
-                let key = array(row).first().and_then(text)?;
-                let id = self.row_id(array(row), &key);
-                (!self.vectors.contains(&id)).then_some((id, key))
-            })
+            .filter_map(|row| array(row).first().and_then(text))
+            .filter(|key| !self.vectors.contains(self.keys.memory_id(key)))
             .collect();
         if missing.is_empty() {
             return;
         }
-        let keys: Vec<&str> = missing.iter().map(|(_, k)| k.as_str()).collect();
+        let keys: Vec<&str> = missing.iter().map(String::as_str).collect();
         let reply = match link.call1(self.keys.embeddings(&keys)).await.and_then(ok) {
             Ok(reply) => reply,
             Err(e) => {
@@ -414,14 +410,14 @@ impl Store {
                 return;
             }
         };
-        for ((id, _), v) in missing.iter().zip(array(&reply)) {
+        for (key, v) in missing.iter().zip(array(&reply)) {
             let bytes = match v {
                 Value::BulkString(b) => b.as_slice(),
                 _ => continue,
             };
             if let Some(x) = super::vectors::parse_json_path_vector(bytes) {
                 if x.len() == self.dim {
-                    self.vectors.put(id, x.into());
+                    self.vectors.put(self.keys.memory_id(key), x.into());
                 }
             }
         }
@@ -626,15 +622,6 @@ impl Store {
         Ok(rows.iter().map(|row| self.hit(array(row), side)).collect())
     }
 
-    /// A search row's memory id: its `id` field, else its key without the prefix.
-    fn row_id(&self, row: &[Value], key: &str) -> String {
-        let fields = row.get(3).map(array).unwrap_or_default();
-        field(fields, "id")
-            .and_then(text)
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| self.keys.memory_id(key).to_string())
-    }
-
     fn hit(&self, row: &[Value], side: Retrieval) -> Hit {
         let key = row.first().and_then(text).unwrap_or_default();
         let fields = row.get(3).map(array).unwrap_or_default();
@@ -645,7 +632,7 @@ impl Store {
             _ => row.get(2).and_then(float),
         };
         Hit {
-            id: self.row_id(row, &key),
+            id: self.keys.memory_id(&key).to_string(),
             text: get("text").unwrap_or_default(),
             kind: get("kind").unwrap_or_default(),
             user: get("user").unwrap_or_default(),
