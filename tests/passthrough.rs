@@ -411,6 +411,22 @@ fn command_table_knows_the_mem_verbs() {
     );
     let list = items(&q(&mut con, &["COMMAND", "LIST"])).to_vec();
     assert!(list.iter().any(|v| as_str(v) == "mem.help"));
+    let filtered = |con: &mut redis::Connection, by: &str, what: &str| -> Vec<String> {
+        let mut names: Vec<String> = items(&q(con, &["COMMAND", "LIST", "FILTERBY", by, what]))
+            .iter()
+            .map(as_str)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        filtered(&mut con, "PATTERN", "MEM.RE*"),
+        ["mem.recall", "mem.remember"]
+    );
+    assert_eq!(filtered(&mut con, "PATTERN", "get"), ["get"]);
+    let writes = filtered(&mut con, "ACLCAT", "write");
+    assert!(writes.iter().any(|n| n == "mem.forget") && writes.iter().any(|n| n == "set"));
+    assert!(!writes.iter().any(|n| n == "mem.recall"));
     // MEM.HELP, module style.
     let help = items(&q(&mut con, &["MEM.HELP"])).to_vec();
     assert!(help

@@ -340,13 +340,60 @@ fn statuses(items: &[&'static str]) -> Reply {
 
 /// The `COMMAND INFO` entry: name, arity, flags, first key, last key, step, ACL categories, tips,
 /// key specs, subcommands (MEM.* take no key names as arguments).
-pub fn info(v: &Verb) -> Reply {
-    let mut cats = vec!["@slow"];
-    cats.push(if v.flags.contains(&"write") {
+/// A verb's ACL categories, as COMMAND INFO shows them.
+fn acl_categories(v: &Verb) -> [&'static str; 2] {
+    let rw = if v.flags.contains(&"write") {
         "@write"
     } else {
         "@read"
-    });
+    };
+    ["@slow", rw]
+}
+
+/// Redis's glob (`*`, `?`, `[a-z]`, `[^…]`, `\x`), ignoring ASCII case, as COMMAND LIST
+/// FILTERBY PATTERN matches command names.
+fn glob_nocase(pattern: &[u8], name: &[u8]) -> bool {
+    let eq = |a: u8, b: u8| a.eq_ignore_ascii_case(&b);
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|i| glob_nocase(rest, &name[i..])),
+        Some((b'?', rest)) => !name.is_empty() && glob_nocase(rest, &name[1..]),
+        Some((b'[', rest)) => {
+            let Some(end) = rest.iter().position(|&c| c == b']') else {
+                return !name.is_empty() && eq(b'[', name[0]) && glob_nocase(rest, &name[1..]);
+            };
+            let (set, after) = (&rest[..end], &rest[end + 1..]);
+            let (negate, set) = match set.split_first() {
+                Some((b'^', s)) => (true, s),
+                _ => (false, set),
+            };
+            let Some(&c) = name.first() else {
+                return false;
+            };
+            let lc = c.to_ascii_lowercase();
+            let mut hit = false;
+            let mut i = 0;
+            while i < set.len() {
+                if i + 2 < set.len() && set[i + 1] == b'-' {
+                    let (lo, hi) = (set[i].to_ascii_lowercase(), set[i + 2].to_ascii_lowercase());
+                    hit |= (lo.min(hi)..=lo.max(hi)).contains(&lc);
+                    i += 3;
+                } else {
+                    hit |= eq(set[i], c);
+                    i += 1;
+                }
+            }
+            hit != negate && glob_nocase(after, &name[1..])
+        }
+        Some((b'\\', rest)) if !rest.is_empty() => {
+            !name.is_empty() && eq(rest[0], name[0]) && glob_nocase(&rest[1..], &name[1..])
+        }
+        Some((&p, rest)) => !name.is_empty() && eq(p, name[0]) && glob_nocase(rest, &name[1..]),
+    }
+}
+
+pub fn info(v: &Verb) -> Reply {
+    let cats = acl_categories(v);
     Reply::Array(vec![
         Reply::text(v.name),
         Reply::Int(v.arity),
@@ -473,6 +520,47 @@ mod tests {
         );
         assert!(find(b"mem.nope").is_none());
     }
+
+    #[test]
+    fn globs_as_redis_matches_command_names() {
+        for (p, n, want) in [
+            ("mem.re*", "mem.recall", true),
+            ("MEM.RE*", "mem.remember", true),
+            ("mem.re*", "mem.help", false),
+            ("*", "mem.turn", true),
+            ("mem.?urn", "mem.turn", true),
+            ("mem.[a-h]*", "mem.help", true),
+            ("mem.[a-h]*", "mem.turn", false),
+            ("mem.[^a-h]*", "mem.turn", true),
+            ("mem\\.*", "mem.info", true),
+            ("mem.[", "mem.[", true),
+            ("get", "mem.recall", false),
+            ("", "", true),
+        ] {
+            assert_eq!(glob_nocase(p.as_bytes(), n.as_bytes()), want, "{p} {n}");
+        }
+    }
+
+    #[test]
+    fn command_list_filters() {
+        let names = |args: &[&str]| -> Vec<&str> {
+            let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+            match CommandQuery::of(&a) {
+                Some(CommandQuery::List(w)) => w.iter().map(|i| VERBS[*i].name).collect(),
+                None => Vec::new(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(names(&["LIST"]).len(), VERBS.len());
+        let re = names(&["list", "filterby", "pattern", "mem.re*"]);
+        assert!(re.contains(&"mem.recall") && re.contains(&"mem.remember"));
+        assert!(!re.contains(&"mem.help"));
+        assert!(names(&["LIST", "FILTERBY", "PATTERN", "get*"]).is_empty());
+        let w = names(&["LIST", "FILTERBY", "ACLCAT", "write"]);
+        assert!(w.contains(&"mem.remember") && !w.contains(&"mem.recall"));
+        assert!(names(&["LIST", "FILTERBY", "ACLCAT", "READ"]).contains(&"mem.recall"));
+        assert!(names(&["LIST", "FILTERBY", "MODULE", "search"]).is_empty());
+    }
 }
 
 /// A `COMMAND …` request whose reply gets the MEM.* entries merged in.
@@ -482,8 +570,8 @@ pub enum CommandQuery {
     All,
     /// `COMMAND COUNT`.
     Count,
-    /// `COMMAND LIST` (without FILTERBY).
-    List,
+    /// `COMMAND LIST [FILTERBY PATTERN p | ACLCAT c]`: the MEM.* verbs that pass the filter.
+    List(Vec<usize>),
     /// `COMMAND INFO name…`: for each name, the MEM.* verb it names (its reply element is nil).
     Info(Vec<Option<usize>>),
     /// `COMMAND DOCS [name…]`: the MEM.* verbs to add.
@@ -504,7 +592,19 @@ impl CommandQuery {
         };
         match (sub.as_slice(), args.len()) {
             (b"COUNT", 1) => Some(CommandQuery::Count),
-            (b"LIST", 1) => Some(CommandQuery::List),
+            (b"LIST", 1) => Some(CommandQuery::List((0..VERBS.len()).collect())),
+            (b"LIST", 4) if args[1].eq_ignore_ascii_case(b"FILTERBY") => {
+                let by = args[2].to_ascii_uppercase();
+                let pass = |v: &Verb| match by.as_slice() {
+                    b"PATTERN" => glob_nocase(args[3], v.name.as_bytes()),
+                    b"ACLCAT" => acl_categories(v)
+                        .iter()
+                        .any(|c| c[1..].as_bytes().eq_ignore_ascii_case(args[3])),
+                    _ => false,
+                };
+                let want: Vec<usize> = (0..VERBS.len()).filter(|i| pass(&VERBS[*i])).collect();
+                (!want.is_empty()).then_some(CommandQuery::List(want))
+            }
             (b"INFO", n) if n > 1 => {
                 let names: Vec<Option<usize>> = args[1..].iter().map(|n| idx(n)).collect();
                 names
@@ -544,12 +644,15 @@ impl CommandQuery {
                 out.extend_from_slice(format!("*{}\r\n", count + VERBS.len() as i64).as_bytes());
                 out.extend_from_slice(body);
             }
-            CommandQuery::List => {
-                for v in VERBS {
-                    Reply::text(v.name).encode(proto, &mut extra);
+            CommandQuery::List(want) => {
+                if !matches!(kind, b'*' | b'~') {
+                    return None;
+                }
+                for i in want {
+                    Reply::text(VERBS[*i].name).encode(proto, &mut extra);
                 }
                 let k = kind as char;
-                out.extend_from_slice(format!("{k}{}\r\n", count + VERBS.len() as i64).as_bytes());
+                out.extend_from_slice(format!("{k}{}\r\n", count + want.len() as i64).as_bytes());
                 out.extend_from_slice(body);
             }
             CommandQuery::Info(names) => {
