@@ -1108,3 +1108,46 @@ fn auto_recall_counts_a_scope_once() {
         "MODE vector: first recall {first} commands, second {second}"
     );
 }
+
+/// A recall with a large K reads the vectors it lacks in pieces of at most 64 (about 1 ms of
+/// Redis each), not in one long JSON.MGET. A Redis of its own, to count its commands.
+#[test]
+fn a_large_cold_recall_reads_vectors_in_pieces() {
+    let redis = Redis::start(&[]);
+    let mut d = direct(&redis);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    let question = "Which fruit does the user like?";
+    let q_vec: Vec<f32> = redis::cmd("MEM.EMBED")
+        .arg(question)
+        .query(&mut con)
+        .unwrap();
+    let mut p = redis::pipe();
+    for i in 0..150u64 {
+        p.add_command(plant_cmd(
+            &format!("fruit-{i}"),
+            "picky",
+            "default",
+            "semantic",
+            &near(&q_vec, i),
+            1.7e9,
+            0,
+        ))
+        .ignore();
+    }
+    p.query::<()>(&mut d).unwrap();
+    wait_indexed(&mut d);
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut d).unwrap();
+    let hits = recall(&mut con, question, &["USER", "picky", "K", "150"]);
+    assert_eq!(hits.len(), 150);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut d)
+        .unwrap();
+    let calls = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_json.mget:calls="))
+        .and_then(|l| l.split(',').next())
+        .unwrap_or("0");
+    assert_eq!(calls, "3", "150 vectors in pieces of 64: {stats}");
+}

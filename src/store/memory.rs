@@ -402,22 +402,26 @@ impl Store {
         if missing.is_empty() {
             return;
         }
-        let keys: Vec<&str> = missing.iter().map(String::as_str).collect();
-        let reply = match link.call1(self.keys.embeddings(&keys)).await.and_then(ok) {
-            Ok(reply) => reply,
-            Err(e) => {
-                tracing::debug!(error = %e, "recall: candidates' vectors not readable");
-                return;
-            }
-        };
-        for (key, v) in missing.iter().zip(array(&reply)) {
-            let bytes = match v {
-                Value::BulkString(b) => b.as_slice(),
-                _ => continue,
+        // At most VECTORS_PER_READ a command (~1 ms of Redis), so a recall with a large K
+        // does not hold the server for one long JSON.MGET.
+        for chunk in missing.chunks(super::vectors::VECTORS_PER_READ) {
+            let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            let reply = match link.call1(self.keys.embeddings(&keys)).await.and_then(ok) {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::debug!(error = %e, "recall: candidates' vectors not readable");
+                    return;
+                }
             };
-            if let Some(x) = super::vectors::parse_json_path_vector(bytes) {
-                if x.len() == self.dim {
-                    self.vectors.put(self.keys.memory_id(key), x.into());
+            for (key, v) in chunk.iter().zip(array(&reply)) {
+                let bytes = match v {
+                    Value::BulkString(b) => b.as_slice(),
+                    _ => continue,
+                };
+                if let Some(x) = super::vectors::parse_json_path_vector(bytes) {
+                    if x.len() == self.dim {
+                        self.vectors.put(self.keys.memory_id(key), x.into());
+                    }
                 }
             }
         }
