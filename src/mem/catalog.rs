@@ -599,7 +599,7 @@ impl CommandQuery {
                     b"PATTERN" => glob_nocase(args[3], v.name.as_bytes()),
                     b"ACLCAT" => acl_categories(v)
                         .iter()
-                        .any(|c| c[1..].as_bytes().eq_ignore_ascii_case(args[3])),
+                        .any(|c| c.as_bytes()[1..].eq_ignore_ascii_case(args[3])),
                     _ => false,
                 };
                 let want: Vec<usize> = (0..VERBS.len()).filter(|i| pass(&VERBS[*i])).collect();
