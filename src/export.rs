@@ -117,69 +117,113 @@ pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemRes
         .map_err(|e| MemError::upstream(e.line))?;
     let mut report = Imported::default();
     let mut usable = 0;
-    for (i, line) in input.lines().enumerate() {
-        let no = i + 1;
-        let line = line.map_err(|e| MemError::Internal(format!("read: {e}")))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(e) => {
-                report.failed.push((no, format!("not JSON: {e}")));
+    let mut lines = input.lines().enumerate();
+    loop {
+        // The next lines, parsed; the texts the model will have to embed start embedding now,
+        // so that the model batches them while the lines before are written.
+        let mut window = Vec::with_capacity(READ_AHEAD);
+        for (i, line) in lines.by_ref().take(READ_AHEAD) {
+            let line = line.map_err(|e| MemError::Internal(format!("read: {e}")))?;
+            if line.trim().is_empty() {
                 continue;
             }
-        };
-        let own = (trust && report.mismatch.is_none())
-            .then(|| own_embedding(engine, &v))
-            .flatten();
-        let check = own.as_ref().map(|_| {
-            usable += 1;
-            usable <= CHECK_FIRST || usable.is_multiple_of(CHECK_EVERY)
-        });
-        let text = v.get("text").and_then(|x| x.as_str()).unwrap_or_default();
-        let cache = engine.embedder.cache();
-        match (&own, check) {
-            (Some(own), Some(false)) => cache.put(text, own.clone()),
-            // The model must run for this one: nothing cached may stand in for it.
-            (Some(_), _) => cache.remove(text),
-            _ => {}
+            let parsed = serde_json::from_str::<Value>(&line);
+            if let Ok(v) = &parsed {
+                let trusted =
+                    trust && report.mismatch.is_none() && own_embedding(engine, v).is_some();
+                if let (false, Some(text)) = (trusted, v.get("text").and_then(|x| x.as_str())) {
+                    engine.embedder.prefetch(text.to_owned());
+                }
+            }
+            window.push((i + 1, parsed));
         }
-        let imported = match import_line(engine, &mut verbs, &v).await {
-            Ok(true) => {
-                report.deduped += 1;
-                true
-            }
-            Ok(false) => {
-                report.written += 1;
-                true
-            }
-            Err(e) => {
-                report.failed.push((no, e));
-                false
-            }
-        };
-        match (own, check) {
-            // The line's vector stood in for the model only for its own verb.
-            (Some(own), Some(false)) => {
-                if cache.get(text).is_some_and(|v| v == own) {
-                    report.reused += 1;
-                }
-                cache.remove(text);
-            }
-            // The verb embedded the text with the model (a failed line is not compared).
-            (Some(own), Some(true)) if imported => {
-                if let Ok(model) = engine.embedder.embed(text).await {
-                    report.checked += 1;
-                    if crate::embed::cosine_distance(&own, &model) > SAME_VECTOR {
-                        report.mismatch = Some(no);
-                    }
-                }
-            }
-            _ => {}
+        if window.is_empty() {
+            break;
+        }
+        for (no, parsed) in window {
+            import_parsed(
+                engine,
+                &mut verbs,
+                &mut report,
+                &mut usable,
+                trust,
+                no,
+                parsed,
+            )
+            .await;
         }
     }
     Ok(report)
+}
+
+/// Lines read ahead of the one being written (their texts embed meanwhile).
+const READ_AHEAD: usize = 64;
+
+/// Write one parsed line, and account for it in `report`.
+async fn import_parsed(
+    engine: &Engine,
+    verbs: &mut Verbs<'_>,
+    report: &mut Imported,
+    usable: &mut usize,
+    trust: bool,
+    no: usize,
+    parsed: serde_json::Result<Value>,
+) {
+    let v: Value = match parsed {
+        Ok(v) => v,
+        Err(e) => {
+            report.failed.push((no, format!("not JSON: {e}")));
+            return;
+        }
+    };
+    let own = (trust && report.mismatch.is_none())
+        .then(|| own_embedding(engine, &v))
+        .flatten();
+    let check = own.as_ref().map(|_| {
+        *usable += 1;
+        *usable <= CHECK_FIRST || usable.is_multiple_of(CHECK_EVERY)
+    });
+    let text = v.get("text").and_then(|x| x.as_str()).unwrap_or_default();
+    let cache = engine.embedder.cache();
+    match (&own, check) {
+        (Some(own), Some(false)) => cache.put(text, own.clone()),
+        // The model must run for this one: nothing cached may stand in for it.
+        (Some(_), _) => cache.remove(text),
+        _ => {}
+    }
+    let imported = match import_line(engine, verbs, &v).await {
+        Ok(true) => {
+            report.deduped += 1;
+            true
+        }
+        Ok(false) => {
+            report.written += 1;
+            true
+        }
+        Err(e) => {
+            report.failed.push((no, e));
+            false
+        }
+    };
+    match (own, check) {
+        // The line's vector stood in for the model only for its own verb.
+        (Some(own), Some(false)) => {
+            if cache.get(text).is_some_and(|v| v == own) {
+                report.reused += 1;
+            }
+            cache.remove(text);
+        }
+        // The verb embedded the text with the model (a failed line is not compared).
+        (Some(own), Some(true)) if imported => {
+            if let Ok(model) = engine.embedder.embed(text).await {
+                report.checked += 1;
+                if crate::embed::cosine_distance(&own, &model) > SAME_VECTOR {
+                    report.mismatch = Some(no);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The line's `embedding` when its `model` is this memproxy's and it is a unit vector of the

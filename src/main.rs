@@ -160,8 +160,9 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                     );
                 }
             }
+            let (runs, texts) = engine.embedder.batch_stats();
             eprintln!(
-                "import: {} written, {} deduplicated onto existing memories, {} failed",
+                "import: {} written, {} deduplicated onto existing memories, {} failed; the model embedded {texts} texts in {runs} runs",
                 report.written,
                 report.deduped,
                 report.failed.len()

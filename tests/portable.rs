@@ -329,7 +329,8 @@ fn import_trusts_only_embeddings_the_model_confirms() {
         "{err}"
     );
 
-    // Another model's lines are embedded by this one.
+    // Another model's lines are embedded by this one, read ahead so that the model batches
+    // them (one at a time, each line would be a run of its own).
     let other: String = exported
         .iter()
         .map(|l| {
@@ -338,8 +339,18 @@ fn import_trusts_only_embeddings_the_model_confirms() {
             format!("{l}\n")
         })
         .collect();
-    import(
+    let err = import(
         &other,
         "0 embeddings used from the file, 0 compared with the model",
     );
+    let stats = err
+        .split("the model embedded ")
+        .nth(1)
+        .expect("model statistics");
+    let words: Vec<usize> = stats
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (texts, runs) = (words[0], words[1]);
+    assert!(texts >= n && runs * 2 <= texts, "{err}");
 }
