@@ -1150,4 +1150,10 @@ fn a_large_cold_recall_reads_vectors_in_pieces() {
         .and_then(|l| l.split(',').next())
         .unwrap_or("0");
     assert_eq!(calls, "3", "150 vectors in pieces of 64: {stats}");
+    // MEM.INFO counts them; the same recall again reads none.
+    let read = |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.INFO"]), "vectors_read"));
+    assert_eq!(read(&mut con), 150);
+    recall(&mut con, question, &["USER", "picky", "K", "150"]);
+    assert_eq!(read(&mut con), 150);
+    assert!(as_i64(get(&q(&mut con, &["MEM.INFO"]), "vectors_kept")) >= 150);
 }

@@ -413,6 +413,7 @@ impl Store {
                     return;
                 }
             };
+            self.vectors.note_read(chunk.len());
             for (key, v) in chunk.iter().zip(array(&reply)) {
                 let bytes = match v {
                     Value::BulkString(b) => b.as_slice(),

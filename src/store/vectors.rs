@@ -7,6 +7,7 @@
 //! that model), so nothing here goes stale in a way that matters.
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use lru::LruCache;
@@ -22,6 +23,8 @@ pub const VECTORS_PER_READ: usize = 64;
 
 pub struct VectorCache {
     inner: Mutex<LruCache<String, Vector>>,
+    /// Vectors read from Redis since start (the cold path's count, in MEM.INFO).
+    read: AtomicU64,
 }
 
 impl VectorCache {
@@ -29,7 +32,19 @@ impl VectorCache {
         let cap = NonZeroUsize::new(entries.max(1)).expect("nonzero");
         VectorCache {
             inner: Mutex::new(LruCache::new(cap)),
+            read: AtomicU64::new(0),
         }
+    }
+
+    /// Count `n` vectors read from Redis.
+    pub fn note_read(&self, n: usize) {
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// (vectors kept now, vectors read from Redis since start).
+    pub fn stats(&self) -> (usize, u64) {
+        let kept = self.inner.lock().expect("vector cache").len();
+        (kept, self.read.load(Ordering::Relaxed))
     }
 
     pub fn get(&self, id: &str) -> Option<Vector> {
