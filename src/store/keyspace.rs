@@ -332,7 +332,6 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
     terms
 }
 
-/// A command (or script arguments) from its words.
 impl Keyspace {
     /// `JSON.MGET` of the memories' embeddings.
     pub fn embeddings(&self, keys: &[&str]) -> Spec {
@@ -343,6 +342,7 @@ impl Keyspace {
     }
 }
 
+/// A command (or script arguments) from its words.
 pub fn cmd(args: &[&str]) -> Spec {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
 }

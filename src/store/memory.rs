@@ -369,7 +369,7 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
         let results = self.search(link, &sides).await?;
-        self.fill_vectors(link, r, specs, &results).await;
+        self.fill_vectors(link, specs, &results).await;
         self.fuse(r, specs, &results)
     }
 
@@ -380,14 +380,13 @@ impl Store {
     pub(crate) async fn fill_vectors(
         &self,
         link: &mut Link,
-        r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
         results: &[Value],
     ) {
         let Some(candidates) = specs
             .iter()
             .zip(results)
-            .find(|((side, _), _)| r.mode == Retrieval::Auto && *side == Retrieval::Auto)
+            .find(|((side, _), _)| *side == Retrieval::Auto)
             .map(|(_, result)| result)
         else {
             return;
@@ -574,7 +573,9 @@ impl Store {
             .filter(|(_, (h, _))| h.distance.is_some_and(|d| d <= r.threshold))
             .map(|(i, (h, v))| {
                 let raw = h.distance.map_or(0.0, |d| 1.0 - d);
-                let ranked = v.map_or(raw, |v| super::vectors::cosine(&ranking.vector, &v));
+                let ranked = v.map_or(raw, |v| {
+                    1.0 - crate::embed::cosine_distance(&ranking.vector, &v)
+                });
                 let age_days = h
                     .created_ts
                     .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));

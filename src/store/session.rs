@@ -335,8 +335,7 @@ impl Store {
         let recalled = if specs.is_empty() {
             Vec::new()
         } else {
-            self.fill_vectors(link, &t.recall, specs, array(&a[1]))
-                .await;
+            self.fill_vectors(link, specs, array(&a[1])).await;
             self.fuse(&t.recall, specs, array(&a[1]))?
         };
         let remembered = match &a[2] {

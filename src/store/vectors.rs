@@ -1,10 +1,10 @@
-//! Memories' embeddings kept in the proxy by id, for `MODE auto`'s ranking (`Store::rank`: the
-//! similarity to the ranking vector and the distinctiveness term are computed here, not by a
-//! second search): a memory's vector is put here when this proxy writes it, else read from
-//! Redis (one `JSON.MGET` for the candidates the cache lacks) the first time it is a
-//! candidate, and kept, bounded, in an LRU. A memory's
-//! vector does not change under its id (re-embedding with another model needs a restart with
-//! that model), so nothing here goes stale in a way that matters.
+//! Memories' embeddings kept in the proxy by id, for `MODE auto`'s ranking (`Store::rank`
+//! computes the similarity to the ranking vector and the distinctiveness term from them, not
+//! with a second search): a memory's vector is put here when this proxy writes it, else read
+//! from Redis (`JSON.MGET` of the candidates the cache lacks) the first time it is a candidate,
+//! and kept, bounded, in an LRU. A memory's vector does not change under its id (re-embedding
+//! with another model needs a restart with that model), so nothing here goes stale in a way
+//! that matters.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,22 +84,6 @@ pub fn likeness(vectors: &[Vector]) -> Vec<f64> {
         .collect()
 }
 
-/// Cosine similarity of two vectors (0 when either is all zeros), as RediSearch's COSINE
-/// distance is `1 −` it.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (*x as f64, *y as f64);
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa == 0.0 || bb == 0.0 {
-        return 0.0;
-    }
-    ab / (aa.sqrt() * bb.sqrt())
-}
-
 /// The reply of `JSON.MGET … $.embedding` for one key, `[[x, y, …]]`, as floats; `None` for
 /// anything else (a key without the field replies `[]`, a missing key nil). A cold recall reads
 /// 8 of these (3,072 numbers): `fast_float2` parses them in half the time of `str::parse`.
@@ -154,14 +138,6 @@ mod tests {
         assert!((l[0] - 2.0 / 3.0).abs() < 1e-9 && (l[1] - l[0]).abs() < 1e-9);
         assert!((l[2] - 1.0 / 3.0).abs() < 1e-9);
         assert!(likeness(&[]).is_empty());
-    }
-
-    #[test]
-    fn cosine_is_scale_free() {
-        assert!((cosine(&[1.0, 0.0], &[2.0, 0.0]) - 1.0).abs() < 1e-12);
-        assert!(cosine(&[1.0, 0.0], &[0.0, 3.0]).abs() < 1e-12);
-        assert!((cosine(&[1.0, 1.0], &[1.0, 0.0]) - 0.5f64.sqrt()).abs() < 1e-12);
-        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
     }
 
     #[test]
