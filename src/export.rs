@@ -5,8 +5,9 @@
 //! "hit_count", "ttl"}` (`ttl` in seconds, -1 for none), plus `"embedding"` and `"model"` with
 //! `--embeddings`. Export reads by cursor and pipelined JSON.GET on a connection of its own (the
 //! `--upstream` URL's user). Import runs MEM.REMEMBER for every line through [`Verbs`] — the
-//! verb's embedding, dedup and limits — then restores the line's `created_ts` and `hit_count`
-//! (onto the new memory; a line deduplicated onto an existing memory adds its hit count to it).
+//! verb's embedding, dedup and limits — with the line's `created_ts` and `hit_count` as its
+//! CREATED and HITS (a new memory gets them; a line deduplicated onto an existing memory adds
+//! its hit count to it), so each line is written by one script call.
 //!
 //! `import --trust-embeddings` skips the model for lines that carry this memproxy's model name and
 //! a unit vector of its dimension: the vector is put into the embedder's cache under the line's
@@ -22,7 +23,6 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
-use crate::store::keyspace::cmd;
 use crate::store::memory::ScopeKeys;
 use crate::store::{Kind, Scope};
 use crate::verbs::Verbs;
@@ -191,7 +191,7 @@ async fn import_parsed(
         (Some(_), _) => cache.remove(text),
         _ => {}
     }
-    let imported = match import_line(engine, verbs, &v).await {
+    let imported = match import_line(verbs, &v).await {
         Ok(true) => {
             report.deduped += 1;
             true
@@ -244,7 +244,7 @@ fn own_embedding(engine: &Engine, v: &Value) -> Option<crate::embed::Vector> {
 }
 
 /// One parsed line; `Ok(deduped)`.
-async fn import_line(engine: &Engine, verbs: &mut Verbs<'_>, v: &Value) -> Result<bool, String> {
+async fn import_line(verbs: &mut Verbs<'_>, v: &Value) -> Result<bool, String> {
     let field = |f: &str| v.get(f).and_then(|x| x.as_str()).filter(|s| !s.is_empty());
     let text = field("text").ok_or("no \"text\"")?;
     let mut args: Vec<String> = vec!["MEM.REMEMBER".into(), text.into()];
@@ -263,37 +263,18 @@ async fn import_line(engine: &Engine, verbs: &mut Verbs<'_>, v: &Value) -> Resul
         Some(_) => args.push("PERSIST".into()),
         None => {}
     }
-    let r = verbs.run(args).await.map_err(|e| e.line)?;
-    let deduped = r["deduped"].as_i64() == Some(1);
-    let key = engine
-        .store
-        .keys
-        .memory(r["id"].as_str().unwrap_or_default());
+    // The line's time and uses go in with the memory, in the same script call: an import
+    // stopped at any point leaves no memory with the import's time instead of its own.
+    if let Some(ts) = v.get("created_ts").and_then(|t| t.as_f64()) {
+        args.extend(["CREATED".into(), ts.to_string()]);
+    }
     let hits = v
         .get("hit_count")
         .and_then(|h| h.as_i64())
         .unwrap_or(0)
         .max(0);
-    let mut fix = Vec::new();
-    if deduped {
-        if hits > 0 {
-            fix.push(cmd(&[
-                "JSON.NUMINCRBY",
-                &key,
-                "$.hit_count",
-                &hits.to_string(),
-            ]));
-        }
-    } else {
-        if let Some(ts) = v.get("created_ts").and_then(|t| t.as_f64()) {
-            fix.push(cmd(&["JSON.SET", &key, "$.created_ts", &ts.to_string()]));
-        }
-        fix.push(cmd(&["JSON.SET", &key, "$.hit_count", &hits.to_string()]));
-    }
-    if !fix.is_empty() {
-        for reply in verbs.link().call(&fix).await.map_err(|e| e.line())? {
-            crate::store::scripts::ok(reply).map_err(|e| e.line())?;
-        }
-    }
+    args.extend(["HITS".into(), hits.to_string()]);
+    let r = verbs.run(args).await.map_err(|e| e.line)?;
+    let deduped = r["deduped"].as_i64() == Some(1);
     Ok(deduped)
 }

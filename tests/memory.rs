@@ -392,6 +392,35 @@ fn concurrent_identical_remembers_make_one_memory() {
     assert_eq!(as_i64(get(&all[0], "hit_count")), 15);
 }
 
+/// CREATED and HITS restore a memory learned earlier: a new memory carries them, a dedup adds
+/// 1 + HITS, and recall's recency sees the given time.
+#[test]
+fn remember_restores_a_time_and_uses() {
+    let mut con = shared().proxy.client();
+    let user = unique("restore");
+    let r = remember(
+        &mut con,
+        "The user keeps a sourdough starter called Gerald.",
+        &["USER", &user, "CREATED", "1700000000.5", "HITS", "4"],
+    );
+    assert_eq!(as_i64(get(&r, "deduped")), 0);
+    let listed =
+        |con: &mut redis::Connection| items(&q(con, &["MEM.LIST", "USER", &user])).to_vec();
+    let m = listed(&mut con);
+    assert_eq!(as_f64(get(&m[0], "created_ts")), 1_700_000_000.5);
+    assert_eq!(as_i64(get(&m[0], "hit_count")), 4);
+    let again = remember(
+        &mut con,
+        "The user keeps a sourdough starter called Gerald.",
+        &["USER", &user, "HITS", "2"],
+    );
+    assert_eq!(as_i64(get(&again, "deduped")), 1);
+    let m = listed(&mut con);
+    assert_eq!(m.len(), 1);
+    assert_eq!(as_i64(get(&m[0], "hit_count")), 4 + 1 + 2);
+    assert_eq!(as_f64(get(&m[0], "created_ts")), 1_700_000_000.5);
+}
+
 #[test]
 fn errors_for_each_verb() {
     let mut con = shared().proxy.client();
@@ -418,6 +447,18 @@ fn errors_for_each_verb() {
             "TTL must be an integer",
         ),
         (&["MEM.REMEMBER", "x", "TTL", "0"], "TTL must be an integer"),
+        (
+            &["MEM.REMEMBER", "x", "CREATED", "yesterday"],
+            "CREATED must be a number from 0 to",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "CREATED", "99999999999"],
+            "CREATED must be a number from 0 to",
+        ),
+        (
+            &["MEM.REMEMBER", "x", "HITS", "-1"],
+            "HITS must be an integer from 0 to 2147483647",
+        ),
         (
             &["MEM.REMEMBER", "x", "TTL", "5", "PERSIST"],
             "TTL and PERSIST cannot be combined",
@@ -1140,16 +1181,11 @@ fn a_large_cold_recall_reads_vectors_in_pieces() {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut d).unwrap();
     let hits = recall(&mut con, question, &["USER", "picky", "K", "150"]);
     assert_eq!(hits.len(), 150);
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut d)
-        .unwrap();
-    let calls = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_json.mget:calls="))
-        .and_then(|l| l.split(',').next())
-        .unwrap_or("0");
-    assert_eq!(calls, "3", "150 vectors in pieces of 64: {stats}");
+    assert_eq!(
+        command_calls(&mut d, "json.mget"),
+        3,
+        "150 vectors in pieces of 64"
+    );
     // MEM.INFO counts them; the same recall again reads none.
     let read = |con: &mut redis::Connection| as_i64(get(&q(con, &["MEM.INFO"]), "vectors_read"));
     assert_eq!(read(&mut con), 150);

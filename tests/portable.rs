@@ -141,6 +141,9 @@ fn a_users_memories_move_between_deployments() {
     let (ok, _, err) = memproxy(&["import", "--upstream", &target.url()], Some(&out));
     assert!(ok, "{err}");
     assert!(err.contains("3 written, 0 deduplicated"), "{err}");
+    // Each line's time and hit count went in with its memory (one JSON.SET a line, in the
+    // remember script): an import stopped between lines leaves no memory half restored.
+    assert_eq!(command_calls(&mut direct(&target), "json.set"), 3);
     let proxy = Proxy::start(&target.url(), |_| {});
     let mut t = proxy.client();
     let want = listed(&mut con, &user);

@@ -645,16 +645,7 @@ fn index_rechecks_are_single_flight_under_load() {
         ["The user keeps bees on the roof."]
     );
     let mut d = direct(&redis);
-    let mut ft_info_calls = || -> i64 {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut d)
-            .unwrap();
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_FT.INFO:calls="))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-    };
+    let mut ft_info_calls = || command_calls(&mut d, "FT.INFO");
     let before = ft_info_calls();
     let start = Instant::now();
     let run = Duration::from_millis(1500);

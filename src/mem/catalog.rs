@@ -126,6 +126,8 @@ pub const VERBS: &[Verb] = &[
             SCOPE_THREAD,
             oneof("expiration", true, &[opt("TTL", "seconds", "integer"), token("PERSIST")]),
             oneof("dedup", true, &[opt("DEDUP", "distance", "double"), token("NODEDUP")]),
+            opt("CREATED", "unix-seconds", "double"),
+            opt("HITS", "n", "integer"),
         ],
     },
     Verb {

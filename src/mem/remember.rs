@@ -12,14 +12,23 @@ use crate::upstream::Link;
 
 /// # Format
 /// `MEM.REMEMBER text [USER u] [NS ns] [KIND episodic|semantic] [THREAD t] [TTL seconds | PERSIST]
-/// [DEDUP distance | NODEDUP]` → map `id, deduped, distance, ttl`.
+/// [DEDUP distance | NODEDUP] [CREATED unix-seconds] [HITS n]` → map `id, deduped, distance, ttl`.
+///
+/// CREATED and HITS restore a memory learned earlier (`memproxy import` uses them): a new memory
+/// gets that `created_ts` and `hit_count`; a dedup adds 1 + HITS to the existing one's count (as
+/// without HITS it adds 1). Both are written by the same script call as the memory.
 pub struct Remember {
     pub text: String,
     pub scope: Scope,
     pub kind: Kind,
     pub ttl: Ttl,
     pub dedup: Dedup,
+    pub created_ts: Option<f64>,
+    pub hits: Option<i64>,
 }
+
+/// How far in the future CREATED may be (clocks of the machine that wrote it may run ahead).
+const CREATED_AHEAD_SECONDS: f64 = 86_400.0;
 
 /// TTL as the request gave it.
 pub enum Ttl {
@@ -57,6 +66,8 @@ impl Remember {
             Opt("PERSIST", 0),
             Opt("DEDUP", 1),
             Opt("NODEDUP", 0),
+            Opt("CREATED", 1),
+            Opt("HITS", 1),
         ])?;
         o.exclusive(a, "TTL", "PERSIST")?;
         o.exclusive(a, "DEDUP", "NODEDUP")?;
@@ -72,12 +83,17 @@ impl Remember {
             None if o.has("NODEDUP") => Dedup::Off,
             None => Dedup::Default,
         };
+        let latest = crate::store::now_ts() + CREATED_AHEAD_SECONDS;
+        let created_ts = o.float(a, "CREATED", 0.0..=latest)?;
+        let hits = o.int(a, "HITS", 0..=i64::from(i32::MAX))?;
         Ok(Remember {
             text,
             scope,
             kind,
             ttl,
             dedup,
+            created_ts,
+            hits,
         })
     }
 
@@ -104,6 +120,8 @@ impl Remember {
             kind: self.kind,
             ttl,
             dedup,
+            created_ts: self.created_ts,
+            hits: self.hits,
         };
         let r = engine.store.remember(link, &m, &vector).await?;
         Ok(hit::remembered(&r))

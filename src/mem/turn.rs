@@ -89,6 +89,8 @@ impl TurnCmd {
                 kind,
                 ttl: kind_ttl(kind, cfg.episodic_ttl_seconds),
                 dedup: Some(cfg.dedup_threshold),
+                created_ts: None,
+                hits: None,
             }),
             owner,
         };

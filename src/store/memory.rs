@@ -188,6 +188,11 @@ pub struct NewMemory<'a> {
     pub ttl: Option<u64>,
     /// Dedup threshold; `None`: always write.
     pub dedup: Option<f64>,
+    /// When it was learned (unix seconds); `None`: now.
+    pub created_ts: Option<f64>,
+    /// The uses it brings: a new memory's hit count; a dedup adds them, and 1, to the existing
+    /// one's. `None`: 0.
+    pub hits: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -243,8 +248,8 @@ impl Store {
             "source_thread": m.scope.thread.clone().unwrap_or_default(),
             "text": m.text,
             "embedding": vector,
-            "created_ts": now_ts(),
-            "hit_count": 0,
+            "created_ts": m.created_ts.unwrap_or_else(now_ts),
+            "hit_count": m.hits.unwrap_or(0),
         })
         .to_string()
     }
@@ -259,14 +264,15 @@ impl Store {
         self.keys.nearest(&scope, vector)
     }
 
-    /// The script arguments of a remember after the doc: ttl, threshold, exact scope, then the
-    /// dedup spec when deduping.
+    /// The script arguments of a remember after the doc: ttl, threshold, exact scope, what a
+    /// dedup adds to the hit count, then the dedup spec when deduping.
     pub(crate) fn remember_args(&self, m: &NewMemory<'_>, vector: &[f32], args: &mut Vec<Vec<u8>>) {
         args.push(m.ttl.unwrap_or(0).to_string().into_bytes());
         args.push(m.dedup.unwrap_or(-1.0).to_string().into_bytes());
         args.push(m.scope.user.clone().into_bytes());
         args.push(m.scope.namespace.clone().into_bytes());
         args.push(m.kind.as_str().as_bytes().to_vec());
+        args.push((1 + m.hits.unwrap_or(0)).to_string().into_bytes());
         if m.dedup.is_some() {
             push_spec(args, &self.dedup_spec(m, vector));
         }

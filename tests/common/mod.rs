@@ -432,6 +432,17 @@ pub fn direct(redis: &Redis) -> redis::Connection {
         .unwrap()
 }
 
+/// How many times Redis ran `command` (as `INFO commandstats` names it, e.g. `json.set`;
+/// commands run by scripts count too) since start or `CONFIG RESETSTAT`.
+pub fn command_calls(d: &mut redis::Connection, command: &str) -> i64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(d).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
 /// Field `name` of a map reply (RESP2 flat array or RESP3 map).
 pub fn get<'a>(v: &'a redis::Value, name: &str) -> &'a redis::Value {
     use redis::Value;

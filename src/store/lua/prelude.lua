@@ -145,10 +145,11 @@ local function dedup_candidate(dedup_spec_at, threshold, user, ns, kind)
   return {nil, ''}
 end
 
--- Write (or bump) after every check has passed. Returns {'new'|'dedup', key, distance, pttl}.
-local function remember_write(new_key, doc, ttl, cand)
+-- Write (or bump) after every check has passed; a bump adds `bump` to the hit count (1, and a
+-- remember's HITS). Returns {'new'|'dedup', key, distance, pttl}.
+local function remember_write(new_key, doc, ttl, cand, bump)
   if cand[1] then
-    redis.call('JSON.NUMINCRBY', cand[1], '$.hit_count', 1)
+    redis.call('JSON.NUMINCRBY', cand[1], '$.hit_count', bump)
     return {'dedup', cand[1], cand[2], redis.call('PTTL', cand[1])}
   end
   redis.call('JSON.SET', new_key, '$', doc, 'NX')

@@ -36,7 +36,7 @@ end
 -- Writes from here on.
 local remembered, detail = false, ''
 if cand then
-  remembered = remember_write(KEYS[3], doc, mem_ttl, cand)
+  remembered = remember_write(KEYS[3], doc, mem_ttl, cand, 1)
   local id = string.sub(remembered[2], #prefix + 1)
   if remembered[1] == 'new' then detail = 'wrote ' .. id .. ' as ' .. kind else detail = 'deduped onto ' .. id end
 end
