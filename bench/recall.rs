@@ -1,5 +1,6 @@
 //! Recall quality on memproxy's own evaluation set (`bench/data/recall-eval.tsv`): 62 facts of
-//! four users, 121 indirect questions, 20 unrelated questions. For each mode and setting it prints
+//! four users (with their age and hit count), 121 indirect questions, 31 unrelated questions (11 of
+//! them small talk), and the held-out questions of `recall-holdout.tsv`. For each mode and setting it prints
 //! recall@1 and recall@3 (the expected fact first / among the first three), how many unrelated
 //! questions recall anything, cross-user leaks (must be 0) and MEM.RECALL p50 beside MEM.EMBED
 //! p50 of the same questions.
@@ -76,7 +77,6 @@ fn main() {
             .unwrap_or("the default model (all-MiniLM-L6-v2 fp32)")
     );
     guide_distances(&mut con);
-    let mut d = connect(rport);
     // fact id → memory id, and memory id → (user, fact id)
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut asks = Vec::new();
@@ -93,7 +93,8 @@ fn main() {
         let cols: Vec<&str> = line.split('\t').collect();
         match cols[0] {
             "fact" => {
-                let (user, fid, age, text_) = (cols[1], cols[2], cols[3], cols[4]);
+                let (user, fid, age, hits, text_) = (cols[1], cols[2], cols[3], cols[4], cols[5]);
+                let age: f64 = age.parse().unwrap();
                 let v: Value = redis::cmd("MEM.REMEMBER")
                     .arg(text_)
                     .arg("USER")
@@ -101,17 +102,13 @@ fn main() {
                     .arg("KIND")
                     .arg("semantic")
                     .arg("NODEDUP")
+                    .arg("CREATED")
+                    .arg(now - age * 86400.0)
+                    .arg("HITS")
+                    .arg(hits)
                     .query(&mut con)
                     .unwrap();
-                let id = text(field(&v, "id"));
-                let age: f64 = age.parse().unwrap();
-                let _: () = redis::cmd("JSON.SET")
-                    .arg(format!("agent:mem:{id}"))
-                    .arg("$.created_ts")
-                    .arg(now - age * 86400.0)
-                    .query(&mut d)
-                    .unwrap();
-                ids.insert(id, fid.to_string());
+                ids.insert(text(field(&v, "id")), fid.to_string());
             }
             "ask" | "none" => asks.push(Ask {
                 set,
@@ -208,21 +205,17 @@ fn main() {
     }
     println!("| mode and setting | recall@1 | recall@3 | unrelated with a hit | held out: recall@1 | recall@3 | unrelated with a hit | leaks | recall p50 ms (embedding cached) |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    // A second proxy on the same Redis with the recency gain off.
-    let conf = std::env::temp_dir().join(format!("memproxy-recall-{}.toml", std::process::id()));
-    std::fs::write(&conf, "recall_recency_weight = 0.0\n").unwrap();
-    let (_plain, pport) = start_memproxy(
-        rport,
-        &proxy_args(&model, &["--config", conf.to_str().unwrap()]),
-    );
-    let mut plain = connect(pport);
-    // Its own embedding cache starts empty: warm it, so its latency column is the search's too.
-    for a in &asks {
-        let _: Value = redis::cmd("MEM.EMBED")
-            .arg(&a.question)
-            .query(&mut plain)
-            .unwrap();
-    }
+    // Proxies of their own on the same Redis: the recency gain off; the hit-count gain on.
+    let (_plain, mut plain) = proxy_with(rport, &model, "recall_recency_weight = 0.0\n", &asks);
+    let mut hit_gains: Vec<(f64, (Proc, redis::Connection))> = HIT_WEIGHTS
+        .iter()
+        .map(|w| {
+            (
+                *w,
+                proxy_with(rport, &model, &format!("recall_hit_weight = {w}\n"), &asks),
+            )
+        })
+        .collect();
     for (name, opts) in configs {
         let con = if opts == ["NORECENCY"] {
             &mut plain
@@ -231,6 +224,13 @@ fn main() {
         };
         let opts: Vec<&str> = opts.into_iter().filter(|o| *o != "NORECENCY").collect();
         evaluate(con, &asks, &ids, &opts).print(name, questions, unrelated);
+    }
+    for (w, (_, c)) in &mut hit_gains {
+        evaluate(c, &asks, &ids, &[]).print(
+            &format!("auto, hit-count gain on (`recall_hit_weight = {w}`)"),
+            questions,
+            unrelated,
+        );
     }
 
     // Busy scopes: each user also holds 448 memories of work chatter about other people ("My
@@ -268,23 +268,20 @@ fn main() {
         questions,
         unrelated,
     );
-    for candidates in [6usize, 8, 10, 20] {
-        let conf = std::env::temp_dir().join(format!(
-            "memproxy-recall-{}-{candidates}.toml",
-            std::process::id()
-        ));
-        std::fs::write(&conf, format!("recall_candidates = {candidates}\n")).unwrap();
-        let (_p, port) = start_memproxy(
-            rport,
-            &proxy_args(&model, &["--config", conf.to_str().unwrap()]),
+    for (w, (_, c)) in &mut hit_gains {
+        evaluate(c, &asks, &ids, &[]).print(
+            &format!("auto, hit-count gain on (`recall_hit_weight = {w}`)"),
+            questions,
+            unrelated,
         );
-        let mut c = connect(port);
-        for a in &asks {
-            let _: Value = redis::cmd("MEM.EMBED")
-                .arg(&a.question)
-                .query(&mut c)
-                .unwrap();
-        }
+    }
+    for candidates in [6usize, 8, 10, 20] {
+        let (_p, mut c) = proxy_with(
+            rport,
+            &model,
+            &format!("recall_candidates = {candidates}\n"),
+            &asks,
+        );
         let name = if candidates == 8 {
             "8 (default)".to_string()
         } else {
@@ -292,6 +289,37 @@ fn main() {
         };
         evaluate(&mut c, &asks, &ids, &[]).print(&name, questions, unrelated);
     }
+}
+
+/// Hit-count gains the table shows beside the default (off): `recall_hit_weight` ×
+/// log2(1 + hit_count) is added to a candidate's score (the facts' `hits` column).
+const HIT_WEIGHTS: [f64; 2] = [0.01, 0.03];
+
+/// A proxy of its own on the same Redis with `config` (TOML lines) over the defaults, its
+/// embedding cache warmed with every question so that its latency column is the search's.
+fn proxy_with(
+    rport: u16,
+    model: &Option<String>,
+    config: &str,
+    asks: &[Ask],
+) -> (Proc, redis::Connection) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let conf =
+        std::env::temp_dir().join(format!("memproxy-recall-{}-{n}.toml", std::process::id()));
+    std::fs::write(&conf, config).unwrap();
+    let (p, port) = start_memproxy(
+        rport,
+        &proxy_args(model, &["--config", conf.to_str().unwrap()]),
+    );
+    let mut c = connect(port);
+    for a in asks {
+        let _: Value = redis::cmd("MEM.EMBED")
+            .arg(&a.question)
+            .query(&mut c)
+            .unwrap();
+    }
+    (p, c)
 }
 
 /// What one mode and setting scored: per set (tuning, held out) recall@1, recall@3 and
