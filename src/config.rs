@@ -205,7 +205,8 @@ pub struct Config {
     pub recall_recency_weight: f64,
     /// `MODE auto`: the age in days at which the recency gain halves.
     pub recall_recency_half_life_days: f64,
-    /// `MODE auto`: gain per doubling of a memory's hit count (0: off).
+    /// `MODE auto`: gain per doubling of a memory's hit count (0: off; on the evaluation set every
+    /// weight tried cost recall: often-remembered facts, and a replaced home, push out the answer).
     pub recall_hit_weight: f64,
     /// `MODE auto`: how much a candidate loses for looking like the other candidates (its dot
     /// product with their mean vector; 0: off). A cluster of look-alike memories stops crowding
