@@ -1,9 +1,9 @@
 //! Recall quality on memproxy's own evaluation set (`bench/data/recall-eval.tsv`): 62 facts of
-//! four users (with their age and hit count), 121 indirect questions, 31 unrelated questions (11 of
-//! them small talk), and the held-out questions of `recall-holdout.tsv`. For each mode and setting it prints
-//! recall@1 and recall@3 (the expected fact first / among the first three), how many unrelated
-//! questions recall anything, cross-user leaks (must be 0) and MEM.RECALL p50 beside MEM.EMBED
-//! p50 of the same questions.
+//! four users (with their age and hit count), 121 indirect questions, 31 unrelated questions (11
+//! of them small talk), and the held-out questions of `recall-holdout.tsv`. For each mode and
+//! setting it prints recall@1 and recall@3 (the expected fact first / among the first three),
+//! how many unrelated questions recall anything, cross-user leaks (must be 0) and MEM.RECALL p50
+//! beside MEM.EMBED p50 of the same questions.
 //!
 //! It also prints the cosine distances of the guide's walkthrough pairs (tests/data) beside the
 //! published fp32 figures, so another model can be held against them.
@@ -225,13 +225,16 @@ fn main() {
         let opts: Vec<&str> = opts.into_iter().filter(|o| *o != "NORECENCY").collect();
         evaluate(con, &asks, &ids, &opts).print(name, questions, unrelated);
     }
-    for (w, (_, c)) in &mut hit_gains {
-        evaluate(c, &asks, &ids, &[]).print(
-            &format!("auto, hit-count gain on (`recall_hit_weight = {w}`)"),
-            questions,
-            unrelated,
-        );
-    }
+    let hit_gain_rows = |gains: &mut [(f64, (Proc, redis::Connection))]| {
+        for (w, (_, c)) in gains {
+            evaluate(c, &asks, &ids, &[]).print(
+                &format!("auto, hit-count gain on (`recall_hit_weight = {w}`)"),
+                questions,
+                unrelated,
+            );
+        }
+    };
+    hit_gain_rows(&mut hit_gains);
 
     // Busy scopes: each user also holds 448 memories of work chatter about other people ("My
     // manager approved the postmortem…", "The customer asked about restaurant suggestions that
@@ -268,13 +271,7 @@ fn main() {
         questions,
         unrelated,
     );
-    for (w, (_, c)) in &mut hit_gains {
-        evaluate(c, &asks, &ids, &[]).print(
-            &format!("auto, hit-count gain on (`recall_hit_weight = {w}`)"),
-            questions,
-            unrelated,
-        );
-    }
+    hit_gain_rows(&mut hit_gains);
     for candidates in [6usize, 8, 10, 20] {
         let (_p, mut c) = proxy_with(
             rport,

@@ -392,8 +392,8 @@ fn concurrent_identical_remembers_make_one_memory() {
     assert_eq!(as_i64(get(&all[0], "hit_count")), 15);
 }
 
-/// CREATED and HITS restore a memory learned earlier: a new memory carries them, a dedup adds
-/// 1 + HITS, and recall's recency sees the given time.
+/// CREATED and HITS restore a memory learned earlier: a new memory carries them, and a dedup
+/// adds 1 + HITS without touching the time.
 #[test]
 fn remember_restores_a_time_and_uses() {
     let mut con = shared().proxy.client();

@@ -340,8 +340,6 @@ fn statuses(items: &[&'static str]) -> Reply {
     Reply::Array(items.iter().map(|s| Reply::Status(s)).collect())
 }
 
-/// The `COMMAND INFO` entry: name, arity, flags, first key, last key, step, ACL categories, tips,
-/// key specs, subcommands (MEM.* take no key names as arguments).
 /// A verb's ACL categories, as COMMAND INFO shows them.
 fn acl_categories(v: &Verb) -> [&'static str; 2] {
     let rw = if v.flags.contains(&"write") {
@@ -394,6 +392,8 @@ fn glob_nocase(pattern: &[u8], name: &[u8]) -> bool {
     }
 }
 
+/// The `COMMAND INFO` entry: name, arity, flags, first key, last key, step, ACL categories, tips,
+/// key specs, subcommands (MEM.* take no key names as arguments).
 pub fn info(v: &Verb) -> Reply {
     let cats = acl_categories(v);
     Reply::Array(vec![

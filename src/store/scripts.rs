@@ -72,8 +72,8 @@ pub fn ok(v: Value) -> MemResult<Value> {
 }
 
 /// Append FT.SEARCH arguments for the prelude's `search()`: as [`push_spec`] when each row
-/// needs its key's TTL, else as `-<n> <args…>` (no PTTL per row: the raw side of `MODE auto`
-/// and consolidation's neighbours only compare distances).
+/// needs its key's TTL, else as `-<n> <args…>` (no PTTL per row: consolidation's neighbours
+/// only compare distances).
 pub fn push_search(out: &mut Vec<Vec<u8>>, spec: &[Vec<u8>], ttl: bool) {
     let n = spec.len().to_string();
     out.push(if ttl { n } else { format!("-{n}") }.into_bytes());

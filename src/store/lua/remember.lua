@@ -1,6 +1,6 @@
 -- KEYS[1]: the new memory's key. A: doc, ttl (0: none), threshold (<0: no dedup), user,
--- namespace, kind, bump (what a dedup adds to the hit count: 1 + HITS), then the dedup search spec when
--- deduping.
+-- namespace, kind, bump (what a dedup adds to the hit count: 1 + HITS), then the dedup search
+-- spec when deduping.
 -- Returns {'new'|'dedup', key, distance or '', pttl}, or {'collision'} when the new key exists.
 local err = expect_type(KEYS[1], 'ReJSON-RL')
 if err then return err end
