@@ -671,3 +671,124 @@ fn index_rechecks_are_single_flight_under_load() {
         "{checks} index checks (FT.INFO) in {periods} recheck periods, {recalls} recalls"
     );
 }
+
+/// The first write after the index is lost is applied once (issue 27): the script fails on the
+/// missing index before it writes, and the proxy's retry after recreating the index finds nothing
+/// half done. MEM.TURN: one turn, one event, one memory; MEM.REMEMBER: a fresh memory, hit count 0.
+#[test]
+fn the_first_write_after_a_lost_index_is_applied_once() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let mut con = proxy.client();
+    let mut d = direct(&redis);
+    let ways: [&[&str]; 4] = [
+        &["FLUSHALL"],
+        &["FT.DROPINDEX", "agentmem:idx"],
+        &["FT.DROPINDEX", "agentmem:idx", "DD"],
+        &["SCRIPT", "FLUSH"],
+    ];
+    for (i, way) in ways.iter().enumerate() {
+        let user = format!("once{i}");
+        remember(&mut con, "The user keeps bees on the roof.", &user);
+        q(&mut d, way);
+        let thread = format!("once-thread-{i}");
+        let t = q(
+            &mut con,
+            &[
+                "MEM.TURN",
+                &thread,
+                "user",
+                "I moved to Lisbon in May.",
+                "USER",
+                &user,
+                "REMEMBER",
+                "semantic",
+            ],
+        );
+        assert_eq!(as_i64(get(&t, "turn_count")), 1, "{way:?}");
+        let s = q(&mut con, &["MEM.SESSION", "GET", &thread]);
+        assert_eq!(as_i64(get(&s, "turn_count")), 1, "{way:?}");
+        assert_eq!(items(get(&s, "recent_turns")).len(), 1, "{way:?}");
+        let events = q(&mut con, &["MEM.EVENTS", &thread]);
+        assert_eq!(items(&events).len(), 1, "{way:?}: {events:?}");
+        let all = items(&q(
+            &mut con,
+            &[
+                "MEM.RECALL",
+                "Lisbon",
+                "USER",
+                &user,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "2",
+                "K",
+                "10",
+            ],
+        ))
+        .to_vec();
+        let lisbon: Vec<_> = all
+            .iter()
+            .filter(|h| as_str(get(h, "text")) == "I moved to Lisbon in May.")
+            .collect();
+        assert_eq!(lisbon.len(), 1, "{way:?}");
+        assert_eq!(as_i64(get(lisbon[0], "hit_count")), 0, "{way:?}");
+
+        // A turn that remembers nothing: its only search is the recall.
+        q(&mut d, way);
+        let skip = format!("once-skip-{i}");
+        let t = q(
+            &mut con,
+            &[
+                "MEM.TURN",
+                &skip,
+                "user",
+                "hello there",
+                "USER",
+                &user,
+                "REMEMBER",
+                "SKIP",
+            ],
+        );
+        assert_eq!(as_i64(get(&t, "turn_count")), 1, "{way:?}");
+        let s = q(&mut con, &["MEM.SESSION", "GET", &skip]);
+        assert_eq!(items(get(&s, "recent_turns")).len(), 1, "{way:?}");
+        assert_eq!(
+            items(&q(&mut con, &["MEM.EVENTS", &skip])).len(),
+            1,
+            "{way:?}"
+        );
+
+        q(&mut d, way);
+        let r = q(
+            &mut con,
+            &[
+                "MEM.REMEMBER",
+                "The user collects vinyl records.",
+                "USER",
+                &user,
+            ],
+        );
+        assert_eq!(as_i64(get(&r, "deduped")), 0, "{way:?}");
+        let hits = items(&q(
+            &mut con,
+            &[
+                "MEM.RECALL",
+                "vinyl records",
+                "USER",
+                &user,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "2",
+            ],
+        ))
+        .to_vec();
+        let vinyl: Vec<_> = hits
+            .iter()
+            .filter(|h| as_str(get(h, "text")) == "The user collects vinyl records.")
+            .collect();
+        assert_eq!(vinyl.len(), 1, "{way:?}");
+        assert_eq!(as_i64(get(vinyl[0], "hit_count")), 0, "{way:?}");
+    }
+}

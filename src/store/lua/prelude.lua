@@ -91,6 +91,12 @@ local function search(args, ttl)
   return {'ok', r[1], rows, policy or ''}
 end
 
+-- An error that says the index does not exist (RediSearch's words differ between versions).
+local function missing_index(msg)
+  local m = string.lower(tostring(msg))
+  return string.find(m, 'no such index', 1, true) ~= nil or string.find(m, 'unknown index name', 1, true) ~= nil
+end
+
 -- Run `count` search specs starting at A[i]; returns their results and the index after them.
 local function search_specs(count, i)
   local out = {}

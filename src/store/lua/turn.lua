@@ -22,6 +22,11 @@ if tc and not tonumber(tc) then
 end
 
 local recalled, i = search_specs(tonumber(A[17]), 18)
+-- A missing index (FLUSHALL, FT.DROPINDEX) fails the turn before anything is written: the proxy
+-- creates the index and runs the turn again, which must not find half of it done.
+for _, r in ipairs(recalled) do
+  if r[1] == 'err' and missing_index(r[2]) then return redis.error_reply(r[2]) end
+end
 
 local cand = nil
 if kind ~= '' then
