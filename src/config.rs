@@ -195,12 +195,19 @@ pub struct Config {
     pub recall_threshold: f64,
     /// `auto`, `vector`, `keyword` or `hybrid`: the mode of a recall that names none.
     pub recall_mode: String,
-    /// `MODE auto`: the relevance gate (best similarity plus the query's personal lean, see
-    /// `mem::rank`); a query under it recalls nothing.
-    pub recall_gate: f64,
-    /// `MODE auto`: the share of the raw similarity (to the query's own embedding) in a
-    /// candidate's similarity; the rest is its similarity to the ranking vector.
-    pub recall_raw_weight: f64,
+    /// `MODE auto`: cosine distance beyond which a memory is not recalled (a cut-off suited to
+    /// all-MiniLM-L6-v2, chosen on the tuning parts of the recall evaluation; docs/RECALL.md).
+    pub recall_auto_threshold: f64,
+    /// `MODE auto`: a memory whose similarity is more than this below the best one's is not
+    /// recalled (0: off).
+    pub recall_relative_cutoff: f64,
+    /// `MODE auto`: how far the nearest memory's similarity must stand above the scope's
+    /// background (the similarity of the farthest of `recall_candidates` candidates; a scope with
+    /// fewer memories has no background) for anything to be recalled (0: off).
+    pub recall_min_standout: f64,
+    /// `MODE auto`: the most keyword evidence adds to a memory's similarity (its BM25 score over
+    /// the query's best BM25 score in the scope, times this).
+    pub recall_keyword_weight: f64,
     /// `MODE auto`: the most a brand-new memory gains over an old one, in similarity.
     pub recall_recency_weight: f64,
     /// `MODE auto`: the age in days at which the recency gain halves.
@@ -208,10 +215,6 @@ pub struct Config {
     /// `MODE auto`: gain per doubling of a memory's hit count (0: off; on the evaluation set every
     /// weight tried cost recall: often-remembered facts, and a replaced home, push out the answer).
     pub recall_hit_weight: f64,
-    /// `MODE auto`: how much a candidate loses for looking like the other candidates (its dot
-    /// product with their mean vector; 0: off). A cluster of look-alike memories stops crowding
-    /// out the one memory that answers.
-    pub recall_distinct_weight: f64,
     /// `MODE auto`: nearest memories considered before ranking (at least K).
     pub recall_candidates: usize,
     pub episodic_ttl_seconds: u64,
@@ -307,12 +310,13 @@ impl Default for Config {
             dedup_threshold: 0.20,
             recall_threshold: 0.55,
             recall_mode: "auto".into(),
-            recall_gate: 0.22,
-            recall_raw_weight: 0.5,
+            recall_auto_threshold: 0.67,
+            recall_relative_cutoff: 0.08,
+            recall_min_standout: 0.04,
+            recall_keyword_weight: 0.0,
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 60.0,
             recall_hit_weight: 0.0,
-            recall_distinct_weight: 0.4,
             recall_candidates: 8,
             episodic_ttl_seconds: 7 * 24 * 3600,
             consolidate_interval_seconds: 0,
@@ -324,7 +328,7 @@ impl Default for Config {
             recall_hybrid_policy: "adaptive".into(),
             op_timeout_ms: 2_000,
             index_recheck_ms: 5_000,
-            max_text_bytes: 64 * 1024,
+            max_text_bytes: 1024 * 1024,
             bind_scope_to_acl_user: false,
             tls_ca_file: None,
             tls_cert_file: None,
@@ -405,6 +409,7 @@ impl Config {
         for (k, v) in [
             ("dedup_threshold", self.dedup_threshold),
             ("recall_threshold", self.recall_threshold),
+            ("recall_auto_threshold", self.recall_auto_threshold),
             ("consolidate_threshold", self.consolidate_threshold),
         ] {
             if !(0.0..=2.0).contains(&v) {
@@ -421,20 +426,15 @@ impl Config {
             );
         }
         for (k, v) in [
-            ("recall_gate", self.recall_gate),
+            ("recall_relative_cutoff", self.recall_relative_cutoff),
+            ("recall_min_standout", self.recall_min_standout),
+            ("recall_keyword_weight", self.recall_keyword_weight),
             ("recall_recency_weight", self.recall_recency_weight),
             ("recall_hit_weight", self.recall_hit_weight),
-            ("recall_distinct_weight", self.recall_distinct_weight),
         ] {
-            if !(-2.0..=2.0).contains(&v) {
-                return bad(k, format!("{v} is not in [-2, 2]"));
+            if !(0.0..=2.0).contains(&v) {
+                return bad(k, format!("{v} is not in [0, 2]"));
             }
-        }
-        if !(0.0..=1.0).contains(&self.recall_raw_weight) {
-            return bad(
-                "recall_raw_weight",
-                format!("{} is not in [0, 1]", self.recall_raw_weight),
-            );
         }
         if !(self.recall_recency_half_life_days > 0.0) {
             return bad(

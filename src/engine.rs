@@ -36,8 +36,6 @@ pub struct Engine {
     pub embedder: Embedder,
     pub store: Store,
     pub metrics: crate::metrics::Metrics,
-    /// `MODE auto`'s query side.
-    pub ranker: crate::mem::rank::Ranker,
     /// The background consolidator's record (it runs only when configured).
     pub consolidator: crate::consolidator::Consolidator,
 }
@@ -69,18 +67,12 @@ impl Engine {
             }),
             Err(e) => tracing::warn!(error = %e, "could not read the model's identity"),
         }
-        let ranker = crate::mem::rank::Ranker::default();
-        if let Err(e) = ranker.prepare(&embedder).await {
-            // Not fatal: the first MODE auto recall tries again (and answers its error).
-            tracing::warn!(error = %e, "could not embed the recall prototypes yet");
-        }
         Ok(Engine {
             cfg,
             upstream,
             embedder,
             store,
             metrics,
-            ranker,
             consolidator: Default::default(),
         })
     }

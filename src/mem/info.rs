@@ -2,11 +2,9 @@
 //!
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
-//! recall_threshold, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
+//! recall_threshold, recall_auto_threshold, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
 //! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
-//! vectors_kept, vectors_read, version, upstream`. `vectors_kept`: memories' vectors the proxy
-//! holds for `MODE auto`'s ranking; `vectors_read`: vectors it had to read from Redis since
-//! start (candidates it had not seen: written by other code, or before a restart).
+//! version, upstream`.
 
 use crate::engine::Engine;
 use crate::error::MemResult;
@@ -19,7 +17,6 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
     let (hits, misses, _, _) = engine.embedder.cache().stats();
     let (batches, texts) = engine.embedder.batch_stats();
     let up = engine.upstream_addr();
-    let (vectors_kept, vectors_read) = engine.store.vectors.stats();
     Ok(Reply::Map(vec![
         ("index", Reply::text(&cfg.mem_index_name)),
         ("num_docs", Reply::Int(docs)),
@@ -28,6 +25,10 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         ("dim", Reply::Int(engine.embedder.info().dim as i64)),
         ("dedup_threshold", Reply::Double(cfg.dedup_threshold)),
         ("recall_threshold", Reply::Double(cfg.recall_threshold)),
+        (
+            "recall_auto_threshold",
+            Reply::Double(cfg.recall_auto_threshold),
+        ),
         ("recall_mode", Reply::text(&cfg.recall_mode)),
         (
             "ttl_by_kind",
@@ -61,8 +62,6 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
             "embed_workers_replaced",
             Reply::Int(engine.embedder.workers_replaced() as i64),
         ),
-        ("vectors_kept", Reply::Int(vectors_kept as i64)),
-        ("vectors_read", Reply::Int(vectors_read as i64)),
         ("version", Reply::text(env!("CARGO_PKG_VERSION"))),
         ("upstream", Reply::text(up.describe())),
     ]))

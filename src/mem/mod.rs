@@ -13,7 +13,6 @@ pub mod forget;
 pub mod hit;
 pub mod info;
 pub mod list;
-pub mod rank;
 pub mod recall;
 pub mod remember;
 pub mod session;

@@ -59,10 +59,9 @@ impl RecallOpts {
             k: o.int(a, "K", 1..=MAX_K)?
                 .map(|k| k as usize)
                 .unwrap_or(cfg.default_k),
-            // THRESHOLD caps the raw distance in every mode; `auto` needs no cap of its own
-            // (its gate decides whether anything comes back).
+            // THRESHOLD caps the distance in every mode; `auto` has a cut-off of its own.
             threshold: o.float(a, "THRESHOLD", 0.0..=2.0)?.unwrap_or(match mode {
-                Retrieval::Auto => 2.0,
+                Retrieval::Auto => cfg.recall_auto_threshold,
                 _ => cfg.recall_threshold,
             }),
             mode,
@@ -72,26 +71,10 @@ impl RecallOpts {
 }
 
 impl RecallOpts {
-    /// What to recall for `text` (embedded as `vector`) in `scope`, with `MODE auto`'s ranking
-    /// side when that is the mode. MEM.RECALL and MEM.TURN both build their recall here.
-    pub async fn recall<'a>(
-        &self,
-        engine: &Engine,
-        scope: &'a Scope,
-        text: &'a str,
-        vector: &'a [f32],
-    ) -> MemResult<Recall<'a>> {
-        let ranking = match self.mode {
-            Retrieval::Auto => Some(
-                engine
-                    .ranker
-                    .ranking(&engine.embedder, vector)
-                    .await
-                    .map_err(|e| crate::error::MemError::Embedder(e.to_string()))?,
-            ),
-            _ => None,
-        };
-        Ok(Recall {
+    /// What to recall for `text` (embedded as `vector`) in `scope`. MEM.RECALL and MEM.TURN both
+    /// build their recall here.
+    pub fn recall<'a>(&self, scope: &'a Scope, text: &'a str, vector: &'a [f32]) -> Recall<'a> {
+        Recall {
             scope,
             text,
             vector,
@@ -99,8 +82,7 @@ impl RecallOpts {
             threshold: self.threshold,
             mode: self.mode,
             weights: self.weights,
-            ranking,
-        })
+        }
     }
 }
 
@@ -149,14 +131,7 @@ impl RecallCmd {
             }
         };
         let opts = RecallOpts { mode, ..self.opts };
-        let r = opts
-            .recall(
-                engine,
-                &self.scope,
-                &self.query,
-                vector.as_deref().unwrap_or(&[]),
-            )
-            .await?;
+        let r = opts.recall(&self.scope, &self.query, vector.as_deref().unwrap_or(&[]));
         let hits = engine.store.recall(link, &r).await?;
         Ok(Reply::Array(hits.iter().map(hit::recalled).collect()))
     }

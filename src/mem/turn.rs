@@ -79,10 +79,7 @@ impl TurnCmd {
             thread: &self.thread,
             role: &self.role,
             agent: &self.agent,
-            recall: self
-                .opts
-                .recall(engine, &self.scope, &self.content, &vector)
-                .await?,
+            recall: self.opts.recall(&self.scope, &self.content, &vector),
             remember: self.remember.map(|kind| NewMemory {
                 text: &self.content,
                 scope: &write_scope,

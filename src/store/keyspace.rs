@@ -332,16 +332,6 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
     terms
 }
 
-impl Keyspace {
-    /// `JSON.MGET` of the memories' embeddings.
-    pub fn embeddings(&self, keys: &[&str]) -> Spec {
-        let mut args: Vec<&str> = vec!["JSON.MGET"];
-        args.extend(keys.iter().copied());
-        args.push("$.embedding");
-        cmd(&args)
-    }
-}
-
 /// A command (or script arguments) from its words.
 pub fn cmd(args: &[&str]) -> Spec {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()

@@ -213,20 +213,7 @@ pub struct Recall<'a> {
     pub mode: Retrieval,
     /// (keyword, vector) weights of the fusion.
     pub weights: (f64, f64),
-    /// `MODE auto`: the query's ranking side.
-    pub ranking: Option<Ranking>,
 }
-
-/// The query side of `MODE auto` (built by `mem::rank`): the vector candidates are ranked by,
-/// and the query's personal lean, which the relevance gate adds to the best raw similarity.
-#[derive(Debug, Clone)]
-pub struct Ranking {
-    pub vector: Vec<f32>,
-    pub lean: f64,
-}
-
-/// How much `MODE auto`'s gate weighs the query's personal lean.
-pub const LEAN_WEIGHT: f64 = 2.0;
 
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
@@ -309,9 +296,6 @@ impl Store {
                 )
                 .await?;
             if let Some(r) = self.parse_remembered(&v)? {
-                if !r.deduped {
-                    self.vectors.put(&r.id, vector.into());
-                }
                 return Ok(r);
             }
         }
@@ -347,9 +331,16 @@ impl Store {
                 self.keys.knn(r.scope, r.k, r.vector, large),
             ));
         }
-        if r.mode == Retrieval::Auto && r.ranking.is_some() {
+        if r.mode == Retrieval::Auto {
+            // The candidates, and keyword evidence about as many of the scope's memories.
             let c = r.k.max(self.config().recall_candidates);
             specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, r.vector, large)));
+            // Keyword evidence only where it counts (a weight of 0 leaves it out).
+            if self.config().recall_keyword_weight > 0.0 {
+                if let Some(s) = self.keys.keyword(r.scope, r.text, c) {
+                    specs.push((Retrieval::Keyword, s));
+                }
+            }
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
             if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
@@ -375,62 +366,7 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
         let results = self.search(link, &sides).await?;
-        self.fill_vectors(link, specs, &results).await;
         self.fuse(r, specs, &results)
-    }
-
-    /// Read the embeddings of `MODE auto`'s candidates that [`super::vectors`] lacks, with one
-    /// `JSON.MGET` as the client. On failure (e.g. an ACL user who may search but not read
-    /// JSON) the candidates without a vector are ranked by their raw similarity, and the
-    /// distinctiveness term is left out.
-    pub(crate) async fn fill_vectors(
-        &self,
-        link: &mut Link,
-        specs: &[(Retrieval, Spec)],
-        results: &[Value],
-    ) {
-        let Some(candidates) = specs
-            .iter()
-            .zip(results)
-            .find(|((side, _), _)| *side == Retrieval::Auto)
-            .map(|(_, result)| result)
-        else {
-            return;
-        };
-        let rows = array(candidates).get(2).map(array).unwrap_or_default();
-        // The keys of the candidates whose vectors are not kept.
-        let missing: Vec<String> = rows
-            .iter()
-            .filter_map(|row| array(row).first().and_then(text))
-            .filter(|key| !self.vectors.contains(self.keys.memory_id(key)))
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        // At most VECTORS_PER_READ a command (~1 ms of Redis), so a recall with a large K
-        // does not hold the server for one long JSON.MGET.
-        for chunk in missing.chunks(super::vectors::VECTORS_PER_READ) {
-            let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            let reply = match link.call1(self.keys.embeddings(&keys)).await.and_then(ok) {
-                Ok(reply) => reply,
-                Err(e) => {
-                    tracing::debug!(error = %e, "recall: candidates' vectors not readable");
-                    return;
-                }
-            };
-            self.vectors.note_read(chunk.len());
-            for (key, v) in chunk.iter().zip(array(&reply)) {
-                let bytes = match v {
-                    Value::BulkString(b) => b.as_slice(),
-                    _ => continue,
-                };
-                if let Some(x) = super::vectors::parse_json_path_vector(bytes) {
-                    if x.len() == self.dim {
-                        self.vectors.put(self.keys.memory_id(key), x.into());
-                    }
-                }
-            }
-        }
     }
 
     /// What an `adaptive` count found for `scope` within the last [`SCOPE_SIZE_TTL`]: more
@@ -489,6 +425,9 @@ impl Store {
                 (Retrieval::Vector, Err(e)) if r.mode == Retrieval::Hybrid => {
                     tracing::warn!(error = %e, "hybrid recall: vector side failed, answering with the keyword side")
                 }
+                (Retrieval::Keyword, Err(e)) if r.mode == Retrieval::Auto => {
+                    tracing::warn!(error = %e, "auto recall: keyword side failed, ranking without keyword evidence")
+                }
                 (_, Err(e)) => return Err(e),
                 (Retrieval::Auto, Ok(hits)) => candidates = Some(hits),
                 (_, Ok(hits)) => keyword_hits = Some(hits),
@@ -497,7 +436,11 @@ impl Store {
         match r.mode {
             Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
             Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
-            Retrieval::Auto => Ok(self.rank(r, candidates.unwrap_or_default())),
+            Retrieval::Auto => Ok(self.rank(
+                r,
+                candidates.unwrap_or_default(),
+                &keyword_hits.unwrap_or_default(),
+            )),
             Retrieval::Hybrid => {
                 let Some(vector_hits) = vector_hits else {
                     return Ok(keyword_hits.unwrap_or_default());
@@ -531,66 +474,65 @@ impl Store {
         }
     }
 
-    /// `MODE auto`: nothing when the query fails the relevance gate (best raw similarity plus
-    /// [`LEAN_WEIGHT`] × the query's personal lean under `recall_gate`); else the candidates of
-    /// the scope within THRESHOLD, ordered by `(1 − raw_weight)` × similarity to the ranking
-    /// vector + `raw_weight` × raw similarity, plus a recency gain
-    /// `w · 0.5^(age_days / half_life)` and a use gain `h · log2(1 + hit_count)`, minus
-    /// `recall_distinct_weight` × the candidate's dot product with the candidates' mean vector
-    /// (when every candidate's vector is known). Similarity to the ranking vector is the cosine
-    /// with the candidate's vector from [`super::vectors`] (its raw similarity when that is not
-    /// known). A hit keeps its raw `distance` (to the query's own embedding) and carries that
-    /// total as `score`.
-    fn rank(&self, r: &Recall<'_>, rows: Vec<Hit>) -> Vec<Hit> {
+    /// `MODE auto`, the default: the scope's nearest memories within THRESHOLD (cosine
+    /// distance; `recall_auto_threshold` unless given) and, with `recall_relative_cutoff`, within
+    /// that much similarity of the best of them; with `recall_min_standout`, nothing unless the
+    /// nearest candidate's similarity stands that far above the farthest of a full set of
+    /// candidates (the scope's background). Ordered by
+    /// `score = similarity + recall_keyword_weight · bm25 / best_bm25
+    ///        + recall_recency_weight · 0.5^(age_days / recall_recency_half_life_days)
+    ///        + recall_hit_weight · log2(1 + hit_count)`,
+    /// where `bm25` is the memory's keyword score for the query (0 when the keyword side did not
+    /// return it) and `best_bm25` the best of the scope. Keyword evidence reorders; it never
+    /// admits a memory the cut-off left out. A hit keeps its `distance` and carries `score`.
+    fn rank(&self, r: &Recall<'_>, rows: Vec<Hit>, keyword: &[Hit]) -> Vec<Hit> {
         let c = self.config();
-        let Some(ranking) = &r.ranking else {
-            return Vec::new();
-        };
-        // The gate looks at every row the search returned, as RediSearch's TAG match found them.
-        let best = rows
-            .iter()
-            .filter_map(|h| h.distance)
-            .filter(|d| *d <= r.threshold)
-            .fold(f64::INFINITY, f64::min);
-        if !best.is_finite() || 1.0 - best + LEAN_WEIGHT * ranking.lean < c.recall_gate {
-            return Vec::new();
-        }
+        let similarity = |h: &Hit| 1.0 - h.distance.unwrap_or(2.0);
         let candidates: Vec<Hit> = rows
             .into_iter()
+            .filter(|h| h.distance.is_some())
             .filter(|h| {
                 r.scope
                     .matches(&h.user, &h.namespace, &h.kind, h.source_thread.as_deref())
             })
+            .take(c.recall_candidates.max(r.k))
             .collect();
-        let vectors: Vec<Option<crate::embed::Vector>> =
-            candidates.iter().map(|h| self.vectors.get(&h.id)).collect();
-        // How much each candidate looks like the others, when every candidate's vector is known.
-        let likeness = match vectors.iter().cloned().collect::<Option<Vec<_>>>() {
-            Some(v) if c.recall_distinct_weight != 0.0 && v.len() > 1 => {
-                super::vectors::likeness(&v)
+        // Nothing stands out from the scope's background (the farthest of a full set of
+        // candidates; a smaller scope has none to measure): nothing is recalled.
+        let full = c.recall_candidates.max(r.k);
+        if c.recall_min_standout > 0.0 && candidates.len() == full && full >= 2 {
+            let background = similarity(&candidates[full - 1]);
+            if similarity(&candidates[0]) - background < c.recall_min_standout {
+                return Vec::new();
             }
-            _ => Vec::new(),
-        };
-        let now = super::now_ts();
-        let mut out: Vec<Hit> = candidates
+        }
+        let within: Vec<Hit> = candidates
             .into_iter()
-            .zip(vectors)
-            .enumerate()
-            .filter(|(_, (h, _))| h.distance.is_some_and(|d| d <= r.threshold))
-            .map(|(i, (h, v))| {
-                let raw = h.distance.map_or(0.0, |d| 1.0 - d);
-                let ranked = v.map_or(raw, |v| {
-                    1.0 - crate::embed::cosine_distance(&ranking.vector, &v)
-                });
+            .filter(|h| h.distance.is_some_and(|d| d <= r.threshold))
+            .collect();
+        let best = within.iter().map(similarity).fold(f64::MIN, f64::max);
+        let best_bm25 = keyword.iter().filter_map(|h| h.score).fold(0.0, f64::max);
+        let now = super::now_ts();
+        let mut out: Vec<Hit> = within
+            .into_iter()
+            .filter(|h| {
+                c.recall_relative_cutoff == 0.0 || similarity(h) >= best - c.recall_relative_cutoff
+            })
+            .map(|h| {
+                let bm25 = keyword
+                    .iter()
+                    .find(|k| k.id == h.id)
+                    .and_then(|k| k.score)
+                    .filter(|_| best_bm25 > 0.0)
+                    .map_or(0.0, |s| s / best_bm25);
                 let age_days = h
                     .created_ts
                     .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));
-                let score = (1.0 - c.recall_raw_weight) * ranked
-                    + c.recall_raw_weight * raw
+                let score = similarity(&h)
+                    + c.recall_keyword_weight * bm25
                     + c.recall_recency_weight
                         * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
-                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2()
-                    - c.recall_distinct_weight * likeness.get(i).copied().unwrap_or(0.0);
+                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2();
                 Hit {
                     score: Some(score),
                     retrieval: Retrieval::Auto,

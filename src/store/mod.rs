@@ -38,7 +38,6 @@ pub mod schema;
 pub mod scripts;
 pub mod session;
 pub mod value;
-pub mod vectors;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,8 +78,6 @@ pub struct Store {
     scope_sizes: std::sync::Mutex<std::collections::HashMap<String, (Instant, bool)>>,
     /// The model this memproxy embeds with, checked against the index's stamp.
     model: std::sync::OnceLock<ModelStamp>,
-    /// Candidates' embeddings for `MODE auto` (see [`vectors`]).
-    pub(crate) vectors: vectors::VectorCache,
 }
 
 /// A model's identity: its name and its embedding of [`PROBE`]. Two models agree when their
@@ -110,7 +107,6 @@ impl Store {
             checking: tokio::sync::Mutex::new(()),
             scope_sizes: std::sync::Mutex::new(std::collections::HashMap::new()),
             model: std::sync::OnceLock::new(),
-            vectors: vectors::VectorCache::new(vectors::VECTORS_KEPT),
         })
     }
 

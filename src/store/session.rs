@@ -335,16 +335,12 @@ impl Store {
         let recalled = if specs.is_empty() {
             Vec::new()
         } else {
-            self.fill_vectors(link, specs, array(&a[1])).await;
             self.fuse(&t.recall, specs, array(&a[1]))?
         };
         let remembered = match &a[2] {
             Value::Nil => None,
             other => self.parse_remembered(other)?,
         };
-        if let Some(r) = remembered.as_ref().filter(|r| !r.deduped) {
-            self.vectors.put(&r.id, t.recall.vector.into());
-        }
         Ok(Some(TurnOutcome {
             turn_count: int(&a[0]).unwrap_or(0),
             recalled,
