@@ -259,14 +259,25 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     if let Some(t) = &threshold {
         args.extend(["THRESHOLD".into(), t.clone()]);
     }
-    if let Some(m) = f.mode.clone().filter(|m| !m.is_empty()) {
-        args.extend(["MODE".into(), m]);
+    let mode = f.mode.clone().filter(|m| !m.is_empty());
+    if let Some(m) = &mode {
+        args.extend(["MODE".into(), m.clone()]);
     }
     let out = c.run(args).await?;
+    // The circle is the cut-off the recall used: THRESHOLD, else its mode's own.
+    let cfg = ctx.engine.config();
+    let auto = mode
+        .as_deref()
+        .unwrap_or(&cfg.recall_mode)
+        .eq_ignore_ascii_case("auto");
     let drawn = threshold
         .as_deref()
         .and_then(|t| t.parse().ok())
-        .unwrap_or(ctx.engine.config().recall_threshold);
+        .unwrap_or(if auto {
+            cfg.recall_auto_threshold
+        } else {
+            cfg.recall_threshold
+        });
     c.demo.last.lock().unwrap().insert(f.key(), (text, drawn));
     let remembered = &out["remembered"];
     Ok(json!({
@@ -343,10 +354,11 @@ async fn drop_memory(State(c): State<Ctx>, req: axum::extract::Request) -> Respo
     };
     let go = async {
         let mut c = c.open().await?;
-        c.run(vec!["MEM.FORGET".into(), id]).await
+        c.run(vec!["MEM.FORGET".into(), id.clone()]).await
     };
+    // The guide's demo answers these two fields.
     match go.await {
-        Ok(n) => Json(json!({ "dropped": n })).into_response(),
+        Ok(n) => Json(json!({ "deleted": n == json!(1), "memory_id": id })).into_response(),
         Err(r) => r,
     }
 }
