@@ -146,6 +146,9 @@ pub enum Sub {
     /// Re-embed every stored memory with this memproxy's model (--model), then stamp the index
     /// with it. Safe to interrupt: run it again to resume.
     Reembed,
+    /// Print the agent tools (the MCP tools: name, description, JSON schema of the arguments) as
+    /// JSON, for function-calling agents; the Python SDK ships this output.
+    Tools,
     /// Read JSON lines (as export writes them) from FILE or stdin and remember each: embedded
     /// by this memproxy's model, deduplicated, with its timestamps and hit count kept.
     Import {
