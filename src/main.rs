@@ -13,6 +13,14 @@ fn main() -> anyhow::Result<()> {
     logging(&cfg, flags.command.is_some())?;
     match flags.command {
         None => rt.block_on(serve(cfg)),
+        // Needs neither Redis nor the model.
+        Some(Sub::Tools) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&memproxy::http::mcp::catalog())?
+            );
+            Ok(())
+        }
         Some(sub) => rt.block_on(subcommand(cfg, sub)),
     }
 }
@@ -107,6 +115,7 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
             }
             eprintln!("migrate: at step {step}");
         }
+        Sub::Tools => unreachable!("main prints the tools without starting an engine"),
         Sub::Reembed => {
             let bar = progress_bar();
             let mut last = 0;

@@ -1,7 +1,9 @@
 //! The clients people use, against memproxy in front of a real Redis: redis-py (sync and
 //! asyncio, RESP2 and RESP3, pipelines, transactions, pub/sub), node-redis and ioredis (the npm
 //! packages pinned in tests/clients/package-lock.json), and redis-cli (plain, -3 for RESP3, --pipe).
-//! Each sends every MEM.* verb and ordinary traffic; scripts/setup.sh installs them.
+//! Each sends every MEM.* verb and ordinary traffic; scripts/setup.sh installs them. And the
+//! project's own Python SDK (clients/python), pip-installed from the checkout, with its LangGraph
+//! store run by `langgraph` from PyPI.
 
 mod common;
 
@@ -126,5 +128,79 @@ fn redis_cli_plain_resp3_and_pipe() {
     assert!(
         text.contains("tandem") && text.ends_with("PONG\n"),
         "{text}"
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "build" || name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info")
+        {
+            continue;
+        }
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(&name));
+        } else {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// The SDK installs with pip from a copy of the checkout (offline, no build isolation), then
+/// drives every verb over RESP2 and RESP3, sync and async, errors with their codes, tool calls,
+/// and the LangGraph store inside a small graph (tests/clients/memproxy_sdk.py).
+#[test]
+fn python_sdk_and_langgraph_store() {
+    let py = deps().join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "run scripts/setup.sh (it installs redis-py and langgraph)"
+    );
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let work = std::env::temp_dir().join(unique("memproxy-sdk"));
+    copy_dir(&root.join("clients/python"), &work.join("src"));
+    run(Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+        ])
+        .arg("--target")
+        .arg(work.join("site"))
+        .arg(work.join("src")));
+    let out = run(Command::new(&py)
+        .arg(root.join("tests/clients/memproxy_sdk.py"))
+        .arg(port())
+        .env("PYTHONPATH", work.join("site")));
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+}
+
+/// The SDK's tool definitions are the binary's catalog (`memproxy tools`, the MCP tools).
+#[test]
+fn sdk_tool_catalog_is_the_binarys() {
+    let out = Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .arg("tools")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let live: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shipped: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("clients/python/memproxy/tools.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        live, shipped,
+        "regenerate it: memproxy tools > clients/python/memproxy/tools.json"
     );
 }

@@ -313,6 +313,10 @@ fn another_dimension_is_reembedded_into_a_prefix_of_its_own() {
             "ann",
             "K",
             "3",
+            "MODE",
+            "vector",
+            "THRESHOLD",
+            "2",
         ],
     );
     let top = as_str(get(&items(&hits)[0], "text"));

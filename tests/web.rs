@@ -156,9 +156,17 @@ fn guide_routes_answer_with_the_guides_fields() {
     // /drop_memory answers the guide's fields: deleted, memory_id.
     let id = s["memories"][0]["id"].as_str().unwrap().to_string();
     for deleted in [true, false] {
-        let (code, b) = http(&base, "POST", "/drop_memory", &format!(r#"{{"memory_id":"{id}"}}"#));
+        let (code, b) = http(
+            &base,
+            "POST",
+            "/drop_memory",
+            &format!(r#"{{"memory_id":"{id}"}}"#),
+        );
         assert_eq!(code, 200, "{b}");
-        assert_eq!(json(&b), serde_json::json!({"deleted": deleted, "memory_id": id}));
+        assert_eq!(
+            json(&b),
+            serde_json::json!({"deleted": deleted, "memory_id": id})
+        );
     }
     let listed = items(&q(&mut con, &["MEM.LIST", "USER", &user, "NS", "demo"])).len();
     assert_eq!(listed, 7);

@@ -51,6 +51,23 @@ fn props(extra: Value) -> Value {
     p
 }
 
+/// The tools as JSON (`name`, `description`, `input_schema`), the catalog `memproxy tools` prints
+/// and the SDKs turn into function-calling definitions.
+pub fn catalog() -> Value {
+    Value::Array(
+        tools()
+            .into_iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": Value::Object((*t.input_schema).clone()),
+                })
+            })
+            .collect(),
+    )
+}
+
 /// The tools with their argument schemas.
 pub fn tools() -> Vec<Tool> {
     let mode = json!({"type": "string", "enum": ["auto", "vector", "keyword", "hybrid"]});
