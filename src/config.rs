@@ -83,6 +83,15 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_RECALL_MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recall_mode: Option<String>,
+    /// Replicas every MEM.* write waits for (WAIT) before it is acknowledged [default: 0].
+    #[arg(long, env = "MEMPROXY_WRITE_REPLICAS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_replicas: Option<u32>,
+    /// Every MEM.* write waits until the AOF has it (WAITAOF; the upstream needs appendonly)
+    /// [default: false].
+    #[arg(long, env = "MEMPROXY_WRITE_FSYNC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_fsync: Option<bool>,
     /// Address of the HTTP listener (/metrics, /healthz, /readyz) [default: off].
     #[arg(long, env = "MEMPROXY_HTTP_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,9 +155,6 @@ pub enum Sub {
     /// Re-embed every stored memory with this memproxy's model (--model), then stamp the index
     /// with it. Safe to interrupt: run it again to resume.
     Reembed,
-    /// Print the agent tools (the MCP tools: name, description, JSON schema of the arguments) as
-    /// JSON, for function-calling agents; the Python SDK ships this output.
-    Tools,
     /// Print the agent tools (the MCP tools: name, description, JSON schema of the arguments) as
     /// JSON, for function-calling agents; the Python SDK ships this output.
     Tools,
@@ -240,6 +246,14 @@ pub struct Config {
     pub recall_hybrid_policy: String,
     /// Budget of one MEM.* upstream operation (pipeline or transaction).
     pub op_timeout_ms: u64,
+    /// Replicas every MEM.* write waits for before it is acknowledged (0: none; REPLICAS n on a
+    /// write verb overrides it).
+    pub write_replicas: u32,
+    /// Every MEM.* write waits for the AOF (WAITAOF; FSYNC on a write verb asks for it too).
+    pub write_fsync: bool,
+    /// How long a write waits for its replicas / AOF before it answers NOREPLICAS (less than
+    /// `op_timeout_ms`).
+    pub write_wait_ms: u64,
     /// How long a checked index (schema and model stamp) is trusted before one request checks
     /// it again, while the others go on.
     pub index_recheck_ms: u64,
@@ -333,6 +347,9 @@ impl Default for Config {
             default_k: 5,
             recall_hybrid_policy: "adaptive".into(),
             op_timeout_ms: 2_000,
+            write_replicas: 0,
+            write_fsync: false,
+            write_wait_ms: 1_500,
             index_recheck_ms: 5_000,
             max_text_bytes: 1024 * 1024,
             bind_scope_to_acl_user: false,
@@ -449,6 +466,21 @@ impl Config {
                     "{} is not a positive number of days",
                     self.recall_recency_half_life_days
                 ),
+            );
+        }
+        if self.write_wait_ms == 0 || self.write_wait_ms >= self.op_timeout_ms {
+            return bad(
+                "write_wait_ms",
+                format!(
+                    "{} is not in 1..{} (op_timeout_ms)",
+                    self.write_wait_ms, self.op_timeout_ms
+                ),
+            );
+        }
+        if self.write_replicas > 100 {
+            return bad(
+                "write_replicas",
+                format!("{} is not in 0..=100", self.write_replicas),
             );
         }
         if !(1..=1000).contains(&self.recall_candidates) {

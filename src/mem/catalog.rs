@@ -110,6 +110,11 @@ const MODE: Arg = Arg {
     token: Some("MODE"),
     ..oneof("mode", true, MODES)
 };
+const REPLICAS: Arg = opt("REPLICAS", "n", "integer");
+const FSYNC: Arg = Arg {
+    optional: true,
+    ..token("FSYNC")
+};
 
 pub const VERBS: &[Verb] = &[
     Verb {
@@ -128,6 +133,8 @@ pub const VERBS: &[Verb] = &[
             oneof("dedup", true, &[opt("DEDUP", "distance", "double"), token("NODEDUP")]),
             opt("CREATED", "unix-seconds", "double"),
             opt("HITS", "n", "integer"),
+            REPLICAS,
+            FSYNC,
         ],
     },
     Verb {
@@ -173,6 +180,8 @@ pub const VERBS: &[Verb] = &[
             K,
             THRESHOLD,
             MODE,
+            REPLICAS,
+            FSYNC,
         ],
     },
     Verb {

@@ -7,6 +7,7 @@
 pub mod args;
 pub mod catalog;
 pub mod consolidate;
+pub mod durability;
 pub mod embed;
 pub mod events;
 pub mod forget;
@@ -76,7 +77,7 @@ impl Command {
                 Command::Help
             }
             "mem.embed" => Command::Embed(embed::Embed::parse(&mut a)?),
-            "mem.remember" => Command::Remember(remember::Remember::parse(&mut a)?),
+            "mem.remember" => Command::Remember(remember::Remember::parse(&mut a, cfg)?),
             "mem.recall" => Command::Recall(recall::RecallCmd::parse(&mut a, cfg)?),
             "mem.forget" => Command::Forget(forget::Forget::parse(&mut a)?),
             "mem.consolidate" => {

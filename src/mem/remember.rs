@@ -1,18 +1,26 @@
 //! MEM.REMEMBER: write a memory, or bump the near-identical one already there.
 
 use super::args::{Args, Opt};
+use super::durability::{self, DURABILITY_OPTS};
 use super::embed::{embed, Precheck};
 use super::hit;
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::store::durable::{self, Durability};
 use crate::store::memory::NewMemory;
 use crate::store::{Kind, Scope};
 use crate::upstream::Link;
 
 /// # Format
 /// `MEM.REMEMBER text [USER u] [NS ns] [KIND episodic|semantic] [THREAD t] [TTL seconds | PERSIST]
-/// [DEDUP distance | NODEDUP] [CREATED unix-seconds] [HITS n]` → map `id, deduped, distance, ttl`.
+/// [DEDUP distance | NODEDUP] [CREATED unix-seconds] [HITS n] [REPLICAS n] [FSYNC]` → map `id,
+/// deduped, distance, ttl`.
+///
+/// REPLICAS and FSYNC (defaults `write_replicas`, `write_fsync`): the reply waits until that many
+/// replicas (and the AOF) have the write; if they do not within `write_wait_ms`, the reply is a
+/// `NOREPLICAS` error that says what was written and how many acknowledged it.
 ///
 /// CREATED and HITS restore a memory learned earlier (`memproxy import` uses them): a new memory
 /// gets that `created_ts` and `hit_count`; a dedup adds 1 + HITS to the existing one's count (as
@@ -25,6 +33,7 @@ pub struct Remember {
     pub dedup: Dedup,
     pub created_ts: Option<f64>,
     pub hits: Option<i64>,
+    pub durability: Durability,
 }
 
 /// How far in the future CREATED may be (clocks of the machine that wrote it may run ahead).
@@ -55,9 +64,9 @@ pub fn kind_ttl(kind: Kind, engine_ttl: u64) -> Option<u64> {
 }
 
 impl Remember {
-    pub fn parse(a: &mut Args) -> MemResult<Remember> {
+    pub fn parse(a: &mut Args, cfg: &Config) -> MemResult<Remember> {
         let text = a.text("text")?;
-        let o = a.options(&[
+        let mut allowed = vec![
             Opt("USER", 1),
             Opt("NS", 1),
             Opt("KIND", 1),
@@ -68,7 +77,10 @@ impl Remember {
             Opt("NODEDUP", 0),
             Opt("CREATED", 1),
             Opt("HITS", 1),
-        ])?;
+        ];
+        allowed.extend(DURABILITY_OPTS);
+        let o = a.options(&allowed)?;
+        let durability = durability::parse(&o, a, cfg)?;
         o.exclusive(a, "TTL", "PERSIST")?;
         o.exclusive(a, "DEDUP", "NODEDUP")?;
         let mut scope = o.scope(a)?;
@@ -94,6 +106,7 @@ impl Remember {
             dedup,
             created_ts,
             hits,
+            durability,
         })
     }
 
@@ -124,6 +137,12 @@ impl Remember {
             hits: self.hits,
         };
         let r = engine.store.remember(link, &m, &vector).await?;
+        let what = format!(
+            "MEM.REMEMBER {} memory {}",
+            if r.deduped { "bumped" } else { "wrote" },
+            r.id
+        );
+        durable::wait(link, self.durability, cfg.write_wait_ms, &what).await?;
         Ok(hit::remembered(&r))
     }
 }

@@ -1,6 +1,7 @@
 //! MEM.TURN: one agent step — record the turn, recall what matters, remember what was said.
 
 use super::args::{Args, Opt};
+use super::durability::{self, DURABILITY_OPTS};
 use super::embed::{embed, Precheck};
 use super::hit;
 use super::recall::{RecallOpts, RECALL_OPTS};
@@ -9,6 +10,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
+use crate::store::durable::{self, Durability};
 use crate::store::memory::NewMemory;
 use crate::store::session::TurnInput;
 use crate::store::{Kind, Scope};
@@ -16,7 +18,8 @@ use crate::upstream::Link;
 
 /// # Format
 /// `MEM.TURN thread role content [USER u] [NS ns] [AGENT a] [REMEMBER episodic|semantic|SKIP] [K n]
-/// [THRESHOLD d] [MODE m]` → map `thread, turn_count, recalled, remembered, event`.
+/// [THRESHOLD d] [MODE m] [REPLICAS n] [FSYNC]` → map `thread, turn_count, recalled, remembered,
+/// event`. REPLICAS and FSYNC as for MEM.REMEMBER.
 ///
 /// The content is embedded once. Recall, remember (with dedup), the append to the session and the
 /// event run in one script: one upstream round trip, and the turn is not recalled to itself.
@@ -28,6 +31,7 @@ pub struct TurnCmd {
     pub agent: String,
     pub remember: Option<Kind>,
     pub opts: RecallOpts,
+    pub durability: Durability,
 }
 
 impl TurnCmd {
@@ -42,6 +46,7 @@ impl TurnCmd {
             Opt("REMEMBER", 1),
         ];
         allowed.extend(RECALL_OPTS);
+        allowed.extend(DURABILITY_OPTS);
         let o = a.options(&allowed)?;
         let remember = match o.str("REMEMBER").map(str::to_ascii_lowercase).as_deref() {
             None => Some(Kind::Episodic),
@@ -56,6 +61,7 @@ impl TurnCmd {
             scope: o.scope(a)?,
             agent: o.str("AGENT").unwrap_or("default").to_string(),
             opts: RecallOpts::from(&o, a, cfg)?,
+            durability: durability::parse(&o, a, cfg)?,
             thread,
             role,
             content,
@@ -92,6 +98,11 @@ impl TurnCmd {
             owner,
         };
         let out = engine.store.turn(link, &input).await?;
+        let what = format!(
+            "MEM.TURN appended turn {} of {}",
+            out.turn_count, self.thread
+        );
+        durable::wait(link, self.durability, cfg.write_wait_ms, &what).await?;
         Ok(Reply::Map(vec![
             ("thread", Reply::text(&self.thread)),
             ("turn_count", Reply::Int(out.turn_count)),

@@ -32,6 +32,7 @@ macro_rules! indexed {
 }
 
 pub mod consolidate;
+pub mod durable;
 pub mod keyspace;
 pub mod memory;
 pub mod schema;
