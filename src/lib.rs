@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod reembed;
 pub mod resp;
+pub mod sentinel;
 pub mod server;
 pub mod store;
 pub mod upstream;

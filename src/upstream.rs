@@ -32,6 +32,8 @@ pub type Stream = Box<dyn AsyncStream>;
 enum Target {
     Tcp(String, u16),
     Unix(PathBuf),
+    /// Whichever primary the sentinels name at connect time.
+    Sentinel(crate::sentinel::Sentinels),
 }
 
 /// Where the upstream is and how to reach it, from the configured URL: `redis://`, `rediss://`
@@ -63,6 +65,22 @@ impl UpstreamAddr {
     }
 
     pub fn from_config(cfg: &Config) -> Result<UpstreamAddr, String> {
+        if cfg.upstream.starts_with("rediss+sentinel://") {
+            return Err(format!(
+                "{}: TLS behind Sentinel is not supported yet (redis+sentinel://)",
+                cfg.upstream
+            ));
+        }
+        if cfg.upstream.starts_with("redis+sentinel://") {
+            let (s, user, password) = crate::sentinel::Sentinels::parse(&cfg.upstream)?;
+            return Ok(UpstreamAddr {
+                target: Target::Sentinel(s),
+                tls: None,
+                user,
+                password,
+                db: 0,
+            });
+        }
         let u = url::Url::parse(&cfg.upstream).map_err(|e| format!("{}: {e}", cfg.upstream))?;
         let decode = |s: &str| {
             url::form_urlencoded::parse(format!("x={s}").as_bytes())
@@ -99,7 +117,7 @@ impl UpstreamAddr {
             }
             other => {
                 return Err(format!(
-                    "unsupported upstream scheme {other}:// (redis, rediss, unix)"
+                    "unsupported upstream scheme {other}:// (redis, rediss, unix, redis+sentinel)"
                 ))
             }
         };
@@ -118,6 +136,7 @@ impl UpstreamAddr {
         match &self.target {
             Target::Tcp(h, p) => format!("{h}:{p}{t}"),
             Target::Unix(p) => format!("unix:{}", p.display()),
+            Target::Sentinel(s) => s.describe(),
         }
     }
 
@@ -134,6 +153,14 @@ impl UpstreamAddr {
             Target::Unix(p) => Ok(Box::new(
                 tokio::net::UnixStream::connect(p).await.map_err(err)?,
             )),
+            Target::Sentinel(s) => {
+                let (h, p) = s.primary(Duration::from_secs(2)).await?;
+                let tcp = tokio::net::TcpStream::connect((h.as_str(), p))
+                    .await
+                    .map_err(|e| format!("{h}:{p} (the primary of '{}'): {e}", s.master))?;
+                let _ = tcp.set_nodelay(true);
+                Ok(Box::new(tcp))
+            }
             Target::Tcp(h, p) => {
                 let tcp = tokio::net::TcpStream::connect((h.as_str(), *p))
                     .await

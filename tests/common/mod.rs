@@ -155,6 +155,50 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A Redis Sentinel (the same binary, `--sentinel`) on a free port, monitoring `master` at
+    /// 127.0.0.1:`primary` with quorum 2, quick to act: down after 1 s, failover timeout 3 s.
+    pub fn sentinel(master: &str, primary: u16) -> Redis {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "memproxy-test-sentinel-{}-{port}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {master} 127.0.0.1 {primary} 2\n\
+                     sentinel down-after-milliseconds {master} 1000\nsentinel failover-timeout {master} 3000\n\
+                     sentinel parallel-syncs {master} 1\n",
+                    dir.display()
+                ),
+            )
+            .unwrap();
+            let mut cmd = Command::new(deps().join("bin/redis-server"));
+            cmd.arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let mut r = Redis {
+                port,
+                child: Some(spawn_from_keeper(cmd)),
+            };
+            if r.wait_ready(None) {
+                return r;
+            }
+            r.kill();
+        }
+        panic!("redis-server --sentinel did not start")
+    }
+
     /// Wait until *this* server (checked by pid) answers; false if it exited or never answered.
     fn wait_ready(&mut self, password: Option<&str>) -> bool {
         let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);

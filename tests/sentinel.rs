@@ -1,0 +1,164 @@
+//! memproxy behind Redis Sentinel (issue 27): `--upstream redis+sentinel://…/master` asks the
+//! sentinels where the primary is for every upstream connection, so after a failover (the primary
+//! killed with SIGKILL) the old clients get an error, not a hang, and new clients reach the
+//! promoted replica within seconds. With `write_replicas = 1` no acknowledged memory is lost.
+//! Real servers: a primary and a replica with the modules, three sentinels (the same binary).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Value;
+
+fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn info(con: &mut redis::Connection, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .unwrap_or_default()
+}
+
+fn sentinel_cmd(port: u16, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))?.get_connection()?;
+    let mut cmd = redis::cmd("SENTINEL");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut c)
+}
+
+#[test]
+fn follows_a_failover_and_keeps_every_acknowledged_memory() {
+    let mut primary = Redis::start(&[]);
+    let replica = Redis::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let mut d = direct(&primary);
+    until("the replica is online", 20, || {
+        let i = info(&mut d, "replication");
+        i.contains("connected_slaves:1") && i.contains("state=online")
+    });
+    let sentinels: Vec<Redis> = (0..3)
+        .map(|_| Redis::sentinel("mm", primary.port))
+        .collect();
+    until("the sentinels know the replica and each other", 30, || {
+        sentinels.iter().all(|s| {
+            let n = |args: &[&str]| match sentinel_cmd(s.port, args) {
+                Ok(Value::Array(a)) => a.len(),
+                _ => 0,
+            };
+            n(&["replicas", "mm"]) == 1 && n(&["sentinels", "mm"]) == 2
+        })
+    });
+    let hosts: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    let url = format!("redis+sentinel://{}/mm", hosts.join(","));
+    let proxy = Proxy::start(&url, |c| c.write_replicas = 1);
+    let mut con = proxy.client();
+    let info = q(&mut con, &["MEM.INFO"]);
+    assert!(
+        as_str(get(&info, "upstream")).contains("sentinel master 'mm'"),
+        "{info:?}"
+    );
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let v = q(
+            &mut con,
+            &[
+                "MEM.REMEMBER",
+                &format!("The user's flight {i} leaves from gate {}.", i + 3),
+                "USER",
+                "sen",
+                "NODEDUP",
+            ],
+        );
+        ids.push(as_str(get(&v, "id")));
+    }
+
+    // The primary dies right after the last acknowledged write.
+    primary.kill();
+    let t = Instant::now();
+    let old: redis::RedisResult<Value> = redis::cmd("MEM.PING").query(&mut con);
+    assert!(old.is_err(), "the old client gets an error: {old:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "and not after a hang"
+    );
+
+    // New clients reach the promoted replica within seconds.
+    until("a new client writes through the new primary", 40, || {
+        let Ok(mut c) = redis::Client::open(proxy.url()).and_then(|c| c.get_connection()) else {
+            return false;
+        };
+        redis::cmd("MEM.REMEMBER")
+            .arg("The user moved to the window seat.")
+            .arg("USER")
+            .arg("sen")
+            .arg("REPLICAS")
+            .arg("0")
+            .query::<Value>(&mut c)
+            .is_ok()
+    });
+    let promoted = match sentinel_cmd(sentinels[0].port, &["get-master-addr-by-name", "mm"]) {
+        Ok(Value::Array(a)) => as_str(&a[1]),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(promoted, replica.port.to_string());
+    let mut c = proxy.client();
+    let listed: Vec<String> = items(&q(
+        &mut c,
+        &["MEM.LIST", "USER", "sen", "LIMIT", "0", "100"],
+    ))
+    .iter()
+    .map(|m| as_str(get(m, "id")))
+    .collect();
+    for id in &ids {
+        assert!(
+            listed.contains(id),
+            "acknowledged memory {id} lost in the failover"
+        );
+    }
+    assert_eq!(listed.len(), ids.len() + 1);
+}
+
+/// A master the sentinels do not know: clients get a one-line error naming it, and memproxy
+/// keeps running.
+#[test]
+fn an_unknown_master_is_named_in_the_error() {
+    let primary = Redis::start(&[]);
+    let s = Redis::sentinel("known", primary.port);
+    let proxy = Proxy::start(
+        &format!("redis+sentinel://127.0.0.1:{}/unknown", s.port),
+        |_| {},
+    );
+    // The proxy answers one error line at connect and closes (read it raw: a client library's
+    // handshake would take it as the reply to its own first command).
+    let mut raw = std::net::TcpStream::connect(proxy.addr).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut got).unwrap();
+    assert!(
+        got.starts_with("-ERR upstream unavailable: no sentinel gave the primary of 'unknown'")
+            && got.ends_with("\r\n")
+            && got.matches("\r\n").count() == 1,
+        "{got:?}"
+    );
+    // Pointed at the right name, the same sentinel works.
+    let good = Proxy::start(
+        &format!("redis+sentinel://127.0.0.1:{}/known", s.port),
+        |_| {},
+    );
+    let v = q(&mut good.client(), &["MEM.PING"]);
+    assert_eq!(format!("{v:?}").contains("PONG"), true, "{v:?}");
+}
