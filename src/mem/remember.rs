@@ -142,7 +142,7 @@ impl Remember {
             if r.deduped { "bumped" } else { "wrote" },
             r.id
         );
-        durable::wait(link, self.durability, cfg.write_wait_ms, &what).await?;
+        durable::wait(link, self.durability, cfg.write_wait(), &what).await?;
         Ok(hit::remembered(&r))
     }
 }

@@ -102,7 +102,7 @@ impl TurnCmd {
             "MEM.TURN appended turn {} of {}",
             out.turn_count, self.thread
         );
-        durable::wait(link, self.durability, cfg.write_wait_ms, &what).await?;
+        durable::wait(link, self.durability, cfg.write_wait(), &what).await?;
         Ok(Reply::Map(vec![
             ("thread", Reply::text(&self.thread)),
             ("turn_count", Reply::Int(out.turn_count)),
