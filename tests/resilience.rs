@@ -672,6 +672,41 @@ fn index_rechecks_are_single_flight_under_load() {
     );
 }
 
+/// One turn in `thread`'s session and one event, whatever `way` did before it.
+fn one_turn(con: &mut redis::Connection, thread: &str, way: &[&str]) {
+    let s = q(con, &["MEM.SESSION", "GET", thread]);
+    assert_eq!(as_i64(get(&s, "turn_count")), 1, "{way:?}");
+    assert_eq!(items(get(&s, "recent_turns")).len(), 1, "{way:?}");
+    let events = q(con, &["MEM.EVENTS", thread]);
+    assert_eq!(items(&events).len(), 1, "{way:?}: {events:?}");
+}
+
+/// The one memory of `user` with `text`, and its hit count (0: written once, never bumped).
+fn the_only_copy(con: &mut redis::Connection, user: &str, text: &str, way: &[&str]) -> i64 {
+    let all = q(
+        con,
+        &[
+            "MEM.RECALL",
+            text,
+            "USER",
+            user,
+            "MODE",
+            "vector",
+            "THRESHOLD",
+            "2",
+            "K",
+            "10",
+        ],
+    );
+    let copies: Vec<i64> = items(&all)
+        .iter()
+        .filter(|h| as_str(get(h, "text")) == text)
+        .map(|h| as_i64(get(h, "hit_count")))
+        .collect();
+    assert_eq!(copies.len(), 1, "{way:?}");
+    copies[0]
+}
+
 /// The first write after the index is lost is applied once (issue 27): the script fails on the
 /// missing index before it writes, and the proxy's retry after recreating the index finds nothing
 /// half done. MEM.TURN: one turn, one event, one memory; MEM.REMEMBER: a fresh memory, hit count 0.
@@ -690,50 +725,19 @@ fn the_first_write_after_a_lost_index_is_applied_once() {
     for (i, way) in ways.iter().enumerate() {
         let user = format!("once{i}");
         remember(&mut con, "The user keeps bees on the roof.", &user);
+        // A turn that remembers: the dedup search fails first.
         q(&mut d, way);
         let thread = format!("once-thread-{i}");
+        let text = "I moved to Lisbon in May.";
         let t = q(
             &mut con,
             &[
-                "MEM.TURN",
-                &thread,
-                "user",
-                "I moved to Lisbon in May.",
-                "USER",
-                &user,
-                "REMEMBER",
-                "semantic",
+                "MEM.TURN", &thread, "user", text, "USER", &user, "REMEMBER", "semantic",
             ],
         );
         assert_eq!(as_i64(get(&t, "turn_count")), 1, "{way:?}");
-        let s = q(&mut con, &["MEM.SESSION", "GET", &thread]);
-        assert_eq!(as_i64(get(&s, "turn_count")), 1, "{way:?}");
-        assert_eq!(items(get(&s, "recent_turns")).len(), 1, "{way:?}");
-        let events = q(&mut con, &["MEM.EVENTS", &thread]);
-        assert_eq!(items(&events).len(), 1, "{way:?}: {events:?}");
-        let all = items(&q(
-            &mut con,
-            &[
-                "MEM.RECALL",
-                "Lisbon",
-                "USER",
-                &user,
-                "MODE",
-                "vector",
-                "THRESHOLD",
-                "2",
-                "K",
-                "10",
-            ],
-        ))
-        .to_vec();
-        let lisbon: Vec<_> = all
-            .iter()
-            .filter(|h| as_str(get(h, "text")) == "I moved to Lisbon in May.")
-            .collect();
-        assert_eq!(lisbon.len(), 1, "{way:?}");
-        assert_eq!(as_i64(get(lisbon[0], "hit_count")), 0, "{way:?}");
-
+        one_turn(&mut con, &thread, way);
+        assert_eq!(the_only_copy(&mut con, &user, text, way), 0, "{way:?}");
         // A turn that remembers nothing: its only search is the recall.
         q(&mut d, way);
         let skip = format!("once-skip-{i}");
@@ -751,44 +755,12 @@ fn the_first_write_after_a_lost_index_is_applied_once() {
             ],
         );
         assert_eq!(as_i64(get(&t, "turn_count")), 1, "{way:?}");
-        let s = q(&mut con, &["MEM.SESSION", "GET", &skip]);
-        assert_eq!(items(get(&s, "recent_turns")).len(), 1, "{way:?}");
-        assert_eq!(
-            items(&q(&mut con, &["MEM.EVENTS", &skip])).len(),
-            1,
-            "{way:?}"
-        );
-
+        one_turn(&mut con, &skip, way);
+        // A remember.
         q(&mut d, way);
-        let r = q(
-            &mut con,
-            &[
-                "MEM.REMEMBER",
-                "The user collects vinyl records.",
-                "USER",
-                &user,
-            ],
-        );
+        let text = "The user collects vinyl records.";
+        let r = q(&mut con, &["MEM.REMEMBER", text, "USER", &user]);
         assert_eq!(as_i64(get(&r, "deduped")), 0, "{way:?}");
-        let hits = items(&q(
-            &mut con,
-            &[
-                "MEM.RECALL",
-                "vinyl records",
-                "USER",
-                &user,
-                "MODE",
-                "vector",
-                "THRESHOLD",
-                "2",
-            ],
-        ))
-        .to_vec();
-        let vinyl: Vec<_> = hits
-            .iter()
-            .filter(|h| as_str(get(h, "text")) == "The user collects vinyl records.")
-            .collect();
-        assert_eq!(vinyl.len(), 1, "{way:?}");
-        assert_eq!(as_i64(get(vinyl[0], "hit_count")), 0, "{way:?}");
+        assert_eq!(the_only_copy(&mut con, &user, text, way), 0, "{way:?}");
     }
 }

@@ -26,19 +26,12 @@ def text(v: Any) -> Optional[str]:
 
 
 def num(v: Any) -> Optional[float]:
-    if v is None:
-        return None
-    if isinstance(v, (bytes, bytearray)):
-        v = v.decode()
-    return float(v)
+    """A double: a float under RESP3, a bulk string under RESP2."""
+    return None if v is None else float(text(v) if isinstance(v, (bytes, bytearray)) else v)
 
 
 def integer(v: Any) -> Optional[int]:
-    if v is None:
-        return None
-    if isinstance(v, (bytes, bytearray)):
-        v = v.decode()
-    return int(v)
+    return None if v is None else int(text(v) if isinstance(v, (bytes, bytearray)) else v)
 
 
 def as_map(v: Any) -> Dict[str, Any]:
