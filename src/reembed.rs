@@ -48,6 +48,7 @@ pub async fn reembed(
                 futures::future::join_all(chunk.iter().map(|m| engine.embedder.embed(&m.text)))
                     .await;
             let mut writes = Vec::new();
+            let mut windows = Vec::new();
             for (m, v) in chunk.iter().zip(vectors) {
                 let v = v.map_err(|e| MemError::Embedder(e.to_string()))?;
                 done.examined += 1;
@@ -58,13 +59,32 @@ pub async fn reembed(
                 }
                 let json = serde_json::to_string(&v[..]).unwrap_or_default();
                 writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json, "XX"]));
+                // A long text's later windows, by the same model (`embed::windows`).
+                let parts = crate::embed::windows::split(&m.text);
+                if !parts.is_empty() {
+                    let mut ws = Vec::new();
+                    for w in
+                        futures::future::join_all(parts.iter().map(|w| engine.embedder.embed(w)))
+                            .await
+                    {
+                        ws.push(w.map_err(|e| MemError::Embedder(e.to_string()))?);
+                    }
+                    let ws: Vec<&[f32]> = ws.iter().map(|w| &w[..]).collect();
+                    let json = serde_json::to_string(&ws).unwrap_or_default();
+                    windows.push(cmd(&["JSON.SET", &m.key, "$.windows", &json]));
+                }
             }
             if !writes.is_empty() {
+                let n = writes.len();
                 for r in link.call(&writes).await? {
                     // A memory deleted meanwhile is fine (XX: nothing written).
                     crate::store::scripts::ok(r)?;
                 }
-                done.rewritten += writes.len();
+                // A memory deleted meanwhile makes its windows' JSON.SET fail: nothing to do.
+                if !windows.is_empty() {
+                    link.call(&windows).await?;
+                }
+                done.rewritten += n;
             }
         }
         progress(done.examined, total);

@@ -693,11 +693,12 @@ fn mismatching_index_is_reported_and_passthrough_still_works() {
     let mut con = proxy.client();
     let e = err(&mut con, &["MEM.RECALL", "anything"]);
     assert!(
-        e.contains("index schema mismatch") && e.contains("vector dim is 768, the model's is 384"),
+        e.contains("index schema mismatch")
+            && e.contains("vector dim of embedding is 768, the model's is 384"),
         "{e}"
     );
     let e = err(&mut con, &["MEM.REMEMBER", "anything"]);
-    assert!(e.contains("vector dim is 768"), "{e}");
+    assert!(e.contains("vector dim of embedding is 768"), "{e}");
     assert_eq!(as_str(&q(&mut con, &["SET", "k", "v"])), "OK");
     assert_eq!(as_str(&q(&mut con, &["GET", "k"])), "v");
     // The index was left alone.
@@ -1198,4 +1199,90 @@ fn auto_recall_counts_a_scope_once() {
         first - 1,
         "MODE vector: first recall {first} commands, second {second}"
     );
+}
+
+/// A long text is found by any part of it (issue 25): the model reads a text's first 256 tokens,
+/// so MEM.REMEMBER also embeds its later windows (`$.windows`) and `MODE auto` searches them.
+/// `MODE vector`, the guide's KNN on `embedding`, still sees the first window only; a short text's
+/// document keeps the guide's layout (no `windows`).
+#[test]
+fn long_texts_are_found_by_their_second_half() {
+    let s = shared();
+    let mut con = s.proxy.client();
+    let mut d = direct(&s.redis);
+    let user = unique("long");
+    let filler = "To cook dried pasta well, bring a large pot of water to a rolling boil, salt it \
+                  generously, add the pasta and stir in the first minute so it does not stick. \
+                  Taste it a minute before the time on the packet; drain it while it still has \
+                  some bite and keep a cup of the starchy water for the sauce. ";
+    let text = format!(
+        "{}Anyway, about me: my sister Ines just moved to Porto, where she works as an architect.",
+        filler.repeat(6)
+    );
+    assert!(text.len() > 1500);
+    let id = as_str(get(&remember(&mut con, &text, &["USER", &user]), "id"));
+    remember(
+        &mut con,
+        "The user's cat is called Pixel.",
+        &["USER", &user],
+    );
+    let doc: String = redis::cmd("JSON.GET")
+        .arg(format!("agent:mem:{id}"))
+        .arg("$.windows")
+        .query(&mut d)
+        .unwrap();
+    let windows: Vec<Vec<Vec<f64>>> = serde_json::from_str(&doc).unwrap();
+    assert!(windows[0].len() >= 2 && windows[0].iter().all(|w| w.len() == 384));
+
+    let question = "Which city did my sister Ines move to?";
+    let hits = recall(&mut con, question, &["USER", &user]);
+    assert_eq!(as_str(get(&hits[0], "id")), id, "{:?}", texts(&hits));
+    let by_window = as_f64(get(&hits[0], "distance"));
+    let first: Vec<Value> = recall(
+        &mut con,
+        question,
+        &["USER", &user, "MODE", "vector", "THRESHOLD", "2"],
+    );
+    let first = first.iter().find(|h| as_str(get(h, "id")) == id).unwrap();
+    assert!(
+        by_window + 0.1 < as_f64(get(first, "distance")),
+        "the window ({by_window}) is nearer than the first window ({:?})",
+        get(first, "distance")
+    );
+    // A short text's document has no windows.
+    let short: Value = redis::cmd("JSON.GET")
+        .arg(format!(
+            "agent:mem:{}",
+            as_str(get(
+                &remember(&mut con, "The user likes tea.", &["USER", &user]),
+                "id"
+            ))
+        ))
+        .arg("$.windows")
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(format!("{short:?}").contains("384"), false);
+    // A 100 KB turn is accepted and remembered whole; its tail is searchable by keyword.
+    let big = format!("{} The deploy key is kiwi-orbit-7.", filler.repeat(400));
+    assert!(big.len() > 100_000);
+    let t = q(
+        &mut con,
+        &[
+            "MEM.TURN",
+            &unique("long-thread"),
+            "assistant",
+            &big,
+            "USER",
+            &user,
+            "REMEMBER",
+            "semantic",
+        ],
+    );
+    assert!(!matches!(get(&t, "remembered"), Value::Nil));
+    let hits = recall(
+        &mut con,
+        "kiwi-orbit-7",
+        &["USER", &user, "MODE", "keyword"],
+    );
+    assert_eq!(hits.len(), 1);
 }

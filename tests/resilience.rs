@@ -141,6 +141,20 @@ fn index_and_scripts_come_back_after_what_users_do() {
         recall_texts(&mut con, "Does the user go sailing?", "guide").len(),
         1
     );
+    // The guide's index has no `windows` field: a long text is remembered and recall degrades
+    // to first windows instead of failing.
+    let long = format!(
+        "{} The user keeps a kayak at the lake.",
+        "Some notes about the weather and the garden. ".repeat(40)
+    );
+    remember(&mut con, &long, "guide");
+    for _ in 0..2 {
+        let hits = recall_texts(&mut con, "Does the user sail?", "guide");
+        assert!(
+            hits.contains(&"The user sails on weekends.".to_string()),
+            "{hits:?}"
+        );
+    }
     let info = format!("{:?}", q(&mut d, &["FT.INFO", "agentmem:idx"]));
     assert!(
         !info.contains("CASESENSITIVE"),

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod locate;
 pub mod onnx;
 pub mod tokenize;
+pub mod windows;
 pub mod worker;
 
 use std::sync::Arc;

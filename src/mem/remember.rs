@@ -2,7 +2,7 @@
 
 use super::args::{Args, Opt};
 use super::durability::{self, DURABILITY_OPTS};
-use super::embed::{embed, Precheck};
+use super::embed::{embed, windows, Precheck};
 use super::hit;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -127,6 +127,7 @@ impl Remember {
             .keys
             .rights_remember(&engine.store.keys.memory("0"));
         let vector = embed(engine, link, &self.text, Precheck::Rights(&rights)).await?;
+        let windows = windows(engine, &self.text).await?;
         let m = NewMemory {
             text: &self.text,
             scope: &self.scope,
@@ -135,6 +136,7 @@ impl Remember {
             dedup,
             created_ts: self.created_ts,
             hits: self.hits,
+            windows: &windows,
         };
         let r = engine.store.remember(link, &m, &vector).await?;
         let what = format!(

@@ -2,7 +2,7 @@
 
 use super::args::{Args, Opt};
 use super::durability::{self, DURABILITY_OPTS};
-use super::embed::{embed, Precheck};
+use super::embed::{embed, windows, Precheck};
 use super::hit;
 use super::recall::{RecallOpts, RECALL_OPTS};
 use super::remember::kind_ttl;
@@ -75,6 +75,10 @@ impl TurnCmd {
         let keys = &engine.store.keys;
         let rights = keys.rights_turn(&self.thread, &keys.memory("0"));
         let vector = embed(engine, link, &self.content, Precheck::Rights(&rights)).await?;
+        let windows = match self.remember {
+            Some(_) => windows(engine, &self.content).await?,
+            None => Vec::new(),
+        };
         // The turn's memory is written with its thread as source; recall looks across threads.
         let write_scope = Scope {
             thread: Some(self.thread.clone()),
@@ -94,6 +98,7 @@ impl TurnCmd {
                 dedup: Some(cfg.dedup_threshold),
                 created_ts: None,
                 hits: None,
+                windows: &windows,
             }),
             owner,
         };

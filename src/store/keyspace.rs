@@ -189,8 +189,13 @@ impl Keyspace {
     }
 
     fn knn_with(&self, scope: &Scope, k: usize, vector: &[f32], policy: &str) -> Spec {
+        self.knn_on("embedding", scope, k, vector, policy)
+    }
+
+    /// KNN on the vector field `field` (`embedding`, or `windows`: a memory's nearest window).
+    fn knn_on(&self, field: &str, scope: &Scope, k: usize, vector: &[f32], policy: &str) -> Spec {
         let query = format!(
-            "({})=>[KNN {k} @embedding $vec{policy} AS distance]",
+            "({})=>[KNN {k} @{field} $vec{policy} AS distance]",
             scope.filter()
         );
         let k = k.to_string();
@@ -215,7 +220,29 @@ impl Keyspace {
     /// `large`: what an earlier `adaptive` count found for this scope (more memories than the
     /// brute-force limit, or not), so the script need not count again; `None` to count.
     pub fn knn(&self, scope: &Scope, k: usize, vector: &[f32], large: Option<bool>) -> Spec {
-        let policy = match large {
+        Self::with_return(
+            self.knn_on("embedding", scope, k, vector, self.policy(large)),
+            &["distance"],
+        )
+    }
+
+    /// [`Keyspace::knn`] over the later windows of long texts (`$.windows[*]`): each memory at the
+    /// distance of its nearest window.
+    pub fn knn_windows(
+        &self,
+        scope: &Scope,
+        k: usize,
+        vector: &[f32],
+        large: Option<bool>,
+    ) -> Spec {
+        Self::with_return(
+            self.knn_on("windows", scope, k, vector, self.policy(large)),
+            &["distance"],
+        )
+    }
+
+    fn policy(&self, large: Option<bool>) -> &str {
+        match large {
             Some(large) if self.knn_policy == ADAPTIVE => {
                 if large {
                     " HYBRID_POLICY BATCHES"
@@ -224,8 +251,7 @@ impl Keyspace {
                 }
             }
             _ => self.knn_policy.as_str(),
-        };
-        Self::with_return(self.knn_with(scope, k, vector, policy), &["distance"])
+        }
     }
 
     /// KNN `k` within the scope with the distance and the scope fields, searching the HNSW graph

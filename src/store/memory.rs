@@ -137,8 +137,12 @@ pub enum Retrieval {
     Vector,
     Keyword,
     Hybrid,
-    /// Vector candidates re-ranked and gated (see `mem::rank`); the default.
+    /// The scope's nearest memories within a calibrated cut-off, ranked (`Store::rank`); the
+    /// default.
     Auto,
+    /// `Auto`'s candidates found by a later window of a long text (a search side, never a mode;
+    /// its hits are reported as `auto`).
+    Windows,
 }
 
 impl Retrieval {
@@ -147,7 +151,7 @@ impl Retrieval {
             Retrieval::Vector => "vector",
             Retrieval::Keyword => "keyword",
             Retrieval::Hybrid => "hybrid",
-            Retrieval::Auto => "auto",
+            Retrieval::Auto | Retrieval::Windows => "auto",
         }
     }
 
@@ -193,6 +197,8 @@ pub struct NewMemory<'a> {
     /// The uses it brings: a new memory's hit count; a dedup adds them, and 1, to the existing
     /// one's. `None`: 0.
     pub hits: Option<i64>,
+    /// The embeddings of a long text's later windows (`embed::windows`); empty for most texts.
+    pub windows: &'a [crate::embed::Vector],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -227,7 +233,7 @@ const SCOPE_SIZES_KEPT: usize = 10_000;
 impl Store {
     /// The JSON document of a new memory, in the guide's layout.
     pub(crate) fn memory_doc(&self, id: &str, m: &NewMemory<'_>, vector: &[f32]) -> String {
-        json!({
+        let mut doc = json!({
             "id": id,
             "user": m.scope.user,
             "namespace": m.scope.namespace,
@@ -237,8 +243,12 @@ impl Store {
             "embedding": vector,
             "created_ts": m.created_ts.unwrap_or_else(now_ts),
             "hit_count": m.hits.unwrap_or(0),
-        })
-        .to_string()
+        });
+        if !m.windows.is_empty() {
+            let w: Vec<&[f32]> = m.windows.iter().map(|v| &v[..]).collect();
+            doc["windows"] = json!(w);
+        }
+        doc.to_string()
     }
 
     /// The scope a dedup check looks in: same user, namespace and kind (any thread).
@@ -335,6 +345,13 @@ impl Store {
             // The candidates, and keyword evidence about as many of the scope's memories.
             let c = r.k.max(self.config().recall_candidates);
             specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, r.vector, large)));
+            // Long texts' later windows, where the index has them: candidates by any part.
+            if self.windows_indexed() {
+                specs.push((
+                    Retrieval::Windows,
+                    self.keys.knn_windows(r.scope, c, r.vector, large),
+                ));
+            }
             // Keyword evidence only where it counts (a weight of 0 leaves it out).
             if self.config().recall_keyword_weight > 0.0 {
                 if let Some(s) = self.keys.keyword(r.scope, r.text, c) {
@@ -409,7 +426,7 @@ impl Store {
             if matches!(side, Retrieval::Auto | Retrieval::Vector) {
                 self.note_scope_size(r.scope, result);
             }
-            let parsed = if *side == Retrieval::Auto {
+            let parsed = if matches!(side, Retrieval::Auto | Retrieval::Windows) {
                 self.parse_rows(result, *side)
             } else {
                 self.parse_search(result, *side, r.scope)
@@ -428,15 +445,40 @@ impl Store {
                 (Retrieval::Keyword, Err(e)) if r.mode == Retrieval::Auto => {
                     tracing::warn!(error = %e, "auto recall: keyword side failed, ranking without keyword evidence")
                 }
+                (Retrieval::Windows, Err(e)) => {
+                    // The index lost its windows field (recreated by other code): first windows
+                    // only until the index is checked again.
+                    tracing::warn!(error = %e, "auto recall: the windows search failed, ranking first windows only");
+                    self.windows
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                    self.index_lost();
+                }
                 (_, Err(e)) => return Err(e),
-                (Retrieval::Auto, Ok(hits)) => candidates = Some(hits),
+                (Retrieval::Auto | Retrieval::Windows, Ok(hits)) => {
+                    // The first windows' KNN and the later windows' KNN: each memory once, at
+                    // its nearest window, nearest first.
+                    let mut all: Vec<Hit> = candidates.take().unwrap_or_default();
+                    for h in hits {
+                        match all.iter_mut().find(|x| x.id == h.id) {
+                            Some(x) if h.distance < x.distance => *x = h,
+                            Some(_) => {}
+                            None => all.push(h),
+                        }
+                    }
+                    all.sort_by(|a, b| {
+                        a.distance
+                            .partial_cmp(&b.distance)
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                    });
+                    candidates = Some(all);
+                }
                 (_, Ok(hits)) => keyword_hits = Some(hits),
             }
         }
         match r.mode {
             Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
             Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
-            Retrieval::Auto => Ok(self.rank(
+            Retrieval::Auto | Retrieval::Windows => Ok(self.rank(
                 r,
                 candidates.unwrap_or_default(),
                 &keyword_hits.unwrap_or_default(),

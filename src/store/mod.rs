@@ -71,6 +71,8 @@ pub struct Store {
     /// memproxy's own connection, for index management only.
     conn: tokio::sync::Mutex<Option<Link>>,
     index: std::sync::Mutex<IndexState>,
+    /// The index has the `windows` field (long texts' later windows): `MODE auto` also searches it.
+    windows: std::sync::atomic::AtomicBool,
     /// Held by the one request that checks the index; the others wait for it only when there is
     /// no usable answer yet (see [`Store::ready`]).
     checking: tokio::sync::Mutex<()>,
@@ -105,6 +107,7 @@ impl Store {
             cfg,
             conn: tokio::sync::Mutex::new(None),
             index: std::sync::Mutex::new(IndexState::Unchecked),
+            windows: std::sync::atomic::AtomicBool::new(false),
             checking: tokio::sync::Mutex::new(()),
             scope_sizes: std::sync::Mutex::new(std::collections::HashMap::new()),
             model: std::sync::OnceLock::new(),
@@ -244,15 +247,22 @@ impl Store {
         }
         let (index, prefix) = (&self.keys.index, &self.keys.mem_prefix);
         match scripts::ok(self.admin1(&["FT.INFO", index]).await?) {
-            Ok(v) => schema::check(&v, index, prefix, self.dim)
-                .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?,
+            Ok(v) => {
+                let windows = schema::check(&v, index, prefix, self.dim)
+                    .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
+                self.windows
+                    .store(windows, std::sync::atomic::Ordering::Relaxed);
+            }
             Err(e) if e.is_missing_index() => {
                 tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
                 let mut create = vec!["FT.CREATE".to_string()];
                 create.extend(schema::create_args(index, prefix, self.dim));
                 let create: Vec<&str> = create.iter().map(String::as_str).collect();
                 match scripts::ok(self.admin1(&create).await?) {
-                    Ok(_) => {}
+                    Ok(_) => self
+                        .windows
+                        .store(true, std::sync::atomic::Ordering::Relaxed),
+                    // Another proxy made it: checked again on the next recheck.
                     Err(e) if e.to_string().to_lowercase().contains("already exists") => {}
                     Err(e) => return Err(e),
                 }
@@ -328,6 +338,11 @@ impl Store {
     pub async fn ping(&self) -> MemResult<()> {
         scripts::ok(self.admin1(&["PING"]).await?)?;
         Ok(())
+    }
+
+    /// Does the index have the optional `windows` field (as of its last check)?
+    pub fn windows_indexed(&self) -> bool {
+        self.windows.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The index was found missing by an operation: check (and create) it again.

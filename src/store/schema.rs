@@ -36,29 +36,37 @@ pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
             a.push("CASESENSITIVE".into());
         }
     }
-    a.extend(
-        [
-            "$.embedding",
-            "AS",
-            "embedding",
-            "VECTOR",
-            "HNSW",
-            "6",
-            "TYPE",
-            "FLOAT32",
-            "DIM",
-            &dim.to_string(),
-            "DISTANCE_METRIC",
-            "COSINE",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
+    for (path, name) in [("$.embedding", "embedding"), (WINDOWS_PATH, "windows")] {
+        a.extend(
+            [
+                path,
+                "AS",
+                name,
+                "VECTOR",
+                "HNSW",
+                "6",
+                "TYPE",
+                "FLOAT32",
+                "DIM",
+                &dim.to_string(),
+                "DISTANCE_METRIC",
+                "COSINE",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+    }
     a
 }
 
-/// Compare an FT.INFO reply with what memproxy needs; `Err` lists every difference.
-pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<(), String> {
+/// The later windows of a long text (`$.windows`, an array of vectors; see `embed::windows`),
+/// indexed as one multi-value vector field: a KNN on it finds a memory by its nearest window.
+/// Optional: an index without it (the guide's) is accepted, and recall then sees first windows only.
+pub const WINDOWS_PATH: &str = "$.windows[*]";
+
+/// Compare an FT.INFO reply with what memproxy needs; `Err` lists every difference, `Ok` says
+/// whether the index has the optional `windows` field.
+pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<bool, String> {
     let info = array(info);
     let mut diffs = Vec::new();
     let def = field(info, "index_definition")
@@ -104,33 +112,45 @@ pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<(), 
             }
         }
     }
+    let vector = |name: &str, a: &[Value], diffs: &mut Vec<String>| {
+        let get = |k: &str| field(a, k).and_then(text).unwrap_or_default();
+        if get("type") != "VECTOR" {
+            diffs.push(format!("field {name} is {}, not VECTOR", get("type")));
+            return;
+        }
+        if get("dim") != dim.to_string() {
+            diffs.push(format!(
+                "vector dim of {name} is {}, the model's is {dim}",
+                get("dim")
+            ));
+        }
+        if !get("distance_metric").eq_ignore_ascii_case("COSINE") {
+            diffs.push(format!(
+                "vector metric of {name} is {}, not COSINE",
+                get("distance_metric")
+            ));
+        }
+        if !get("data_type").eq_ignore_ascii_case("FLOAT32") {
+            diffs.push(format!(
+                "vector type of {name} is {}, not FLOAT32",
+                get("data_type")
+            ));
+        }
+    };
     match find("embedding") {
         None => diffs.push("field embedding is missing".into()),
-        Some(a) => {
-            let get = |k: &str| field(a, k).and_then(text).unwrap_or_default();
-            if get("type") != "VECTOR" {
-                diffs.push(format!("field embedding is {}, not VECTOR", get("type")));
-            } else {
-                if get("dim") != dim.to_string() {
-                    diffs.push(format!(
-                        "vector dim is {}, the model's is {dim}",
-                        get("dim")
-                    ));
-                }
-                if !get("distance_metric").eq_ignore_ascii_case("COSINE") {
-                    diffs.push(format!(
-                        "vector metric is {}, not COSINE",
-                        get("distance_metric")
-                    ));
-                }
-                if !get("data_type").eq_ignore_ascii_case("FLOAT32") {
-                    diffs.push(format!("vector type is {}, not FLOAT32", get("data_type")));
-                }
-            }
+        Some(a) => vector("embedding", a, &mut diffs),
+    }
+    let windows = find("windows");
+    if let Some(a) = windows {
+        vector("windows", a, &mut diffs);
+        let path = field(a, "identifier").and_then(text).unwrap_or_default();
+        if path != WINDOWS_PATH {
+            diffs.push(format!("field windows indexes {path}, not {WINDOWS_PATH}"));
         }
     }
     if diffs.is_empty() {
-        Ok(())
+        Ok(windows.is_some())
     } else {
         Err(format!(
             "index {index} does not match: {}",
