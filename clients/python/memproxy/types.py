@@ -34,6 +34,12 @@ def integer(v: Any) -> Optional[int]:
     return None if v is None else int(text(v) if isinstance(v, (bytes, bytearray)) else v)
 
 
+def _ttl(m: Dict[str, Any]) -> int:
+    """A reply's `ttl` (-1: none)."""
+    t = integer(m.get("ttl"))
+    return -1 if t is None else t
+
+
 def as_map(v: Any) -> Dict[str, Any]:
     """A MEM.* map: a dict under RESP3, a flat `field, value, …` list under RESP2."""
     if v is None:
@@ -73,7 +79,7 @@ class Hit:
             source_thread=text(m.get("source_thread")),
             created_ts=num(m.get("created_ts")),
             hit_count=integer(m.get("hit_count")) or 0,
-            ttl=integer(m.get("ttl")) if m.get("ttl") is not None else -1,
+            ttl=_ttl(m),
             distance=num(m.get("distance")),
             score=num(m.get("score")),
             retrieval=text(m.get("retrieval")),
@@ -96,7 +102,7 @@ class Remembered:
             id=text(m.get("id")) or "",
             deduped=bool(integer(m.get("deduped"))),
             distance=num(m.get("distance")),
-            ttl=integer(m.get("ttl")) if m.get("ttl") is not None else -1,
+            ttl=_ttl(m),
         )
 
 
@@ -159,7 +165,7 @@ class Session:
             scratchpad=text(m.get("scratchpad")) or "",
             turn_count=integer(m.get("turn_count")) or 0,
             recent_turns=turns,
-            ttl=integer(m.get("ttl")) if m.get("ttl") is not None else -1,
+            ttl=_ttl(m),
             fields={k: (text(x) if isinstance(x, (bytes, bytearray)) else x) for k, x in m.items()},
         )
 
@@ -193,7 +199,7 @@ class Merge:
             kept=text(m.get("kept")) or "",
             merged=[text(x) or "" for x in (m.get("merged") or [])],
             hit_count=integer(m.get("hit_count")) or 0,
-            ttl=integer(m.get("ttl")) if m.get("ttl") is not None else -1,
+            ttl=_ttl(m),
         )
 
 
