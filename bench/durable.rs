@@ -8,8 +8,30 @@ use common::*;
 
 fn main() {
     let secs = duration_from_env("DURABLE_SECS", 3.0);
-    let (_p, pport) = start_redis(&["--appendonly", "yes", "--appendfsync", "everysec"]);
-    let (_r, _rport) = start_redis(&["--replicaof", "127.0.0.1", &pport.to_string()]);
+    // Each server in a directory of its own (the AOF and the replica's sync files stay out of
+    // the checkout).
+    let dir = |name: &str| {
+        let d =
+            std::env::temp_dir().join(format!("memproxy-durable-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.display().to_string()
+    };
+    let (pdir, rdir) = (dir("primary"), dir("replica"));
+    let (_p, pport) = start_redis(&[
+        "--dir",
+        &pdir,
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+    ]);
+    let (_r, _rport) = start_redis(&[
+        "--dir",
+        &rdir,
+        "--replicaof",
+        "127.0.0.1",
+        &pport.to_string(),
+    ]);
     let mut d = connect(pport);
     loop {
         let i: String = redis::cmd("INFO").arg("replication").query(&mut d).unwrap();
