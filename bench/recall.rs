@@ -418,7 +418,8 @@ fn main() {
     )
     .unwrap();
     let off_path = off.display().to_string();
-    let (_raw_proxy, raw_port) = start_memproxy(rport, &proxy_args(&model, &["--config", &off_path]));
+    let (_raw_proxy, raw_port) =
+        start_memproxy(rport, &proxy_args(&model, &["--config", &off_path]));
     let mut raw_con = connect(raw_port);
     let raw: Vec<Vec<Raw>> = sets
         .iter()
