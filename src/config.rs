@@ -92,6 +92,11 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_WRITE_FSYNC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_fsync: Option<bool>,
+    /// The upstream is a Redis Cluster node: route by slot (true), never (false) [default:
+    /// detected from the node at start].
+    #[arg(long, env = "MEMPROXY_CLUSTER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<bool>,
     /// Address of the HTTP listener (/metrics, /healthz, /readyz) [default: off].
     #[arg(long, env = "MEMPROXY_HTTP_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +256,9 @@ pub struct Config {
     pub write_replicas: u32,
     /// Every MEM.* write waits for the AOF (WAITAOF; FSYNC on a write verb asks for it too).
     pub write_fsync: bool,
+    /// Redis Cluster mode: `Some(true)` forces it, `Some(false)` rules it out, `None` asks the
+    /// upstream node at start (`INFO cluster`).
+    pub cluster: Option<bool>,
     /// How long a write waits for its replicas / AOF before it answers NOREPLICAS (at most 3/4 of
     /// `op_timeout_ms`, which bounds the whole upstream exchange).
     pub write_wait_ms: u64,
@@ -349,6 +357,7 @@ impl Default for Config {
             op_timeout_ms: 2_000,
             write_replicas: 0,
             write_fsync: false,
+            cluster: None,
             write_wait_ms: 1_500,
             index_recheck_ms: 5_000,
             max_text_bytes: 1024 * 1024,

@@ -38,6 +38,8 @@ pub struct Engine {
     pub metrics: crate::metrics::Metrics,
     /// The background consolidator's record (it runs only when configured).
     pub consolidator: crate::consolidator::Consolidator,
+    /// The cluster behind memproxy, in cluster mode.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,7 @@ impl Engine {
             }),
             Err(e) => tracing::warn!(error = %e, "could not read the model's identity"),
         }
+        let cluster = Self::cluster(&cfg, &upstream).await?;
         Ok(Engine {
             cfg,
             upstream,
@@ -74,11 +77,49 @@ impl Engine {
             store,
             metrics,
             consolidator: Default::default(),
+            cluster,
         })
+    }
+
+    /// Cluster mode, as configured or as the upstream node says.
+    async fn cluster(
+        cfg: &Config,
+        upstream: &UpstreamAddr,
+    ) -> Result<Option<Arc<crate::cluster::Cluster>>, StartError> {
+        let timeout = std::time::Duration::from_millis(cfg.op_timeout_ms);
+        let on = match cfg.cluster {
+            Some(on) => on,
+            None => match crate::cluster::detect(upstream, timeout).await {
+                Some(on) => on,
+                None => {
+                    tracing::warn!(
+                        "upstream not reachable at start: single-Redis mode (set cluster = true for a cluster)"
+                    );
+                    false
+                }
+            },
+        };
+        if !on {
+            return Ok(None);
+        }
+        let c = crate::cluster::Cluster::connect(upstream.clone(), timeout)
+            .await
+            .map_err(|e| StartError::Upstream(format!("cluster: {e}")))?;
+        tracing::info!(masters = ?c.topology().masters, "Redis Cluster mode");
+        Ok(Some(Arc::new(c)))
     }
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// In cluster mode, the slot a MEM.* request's data lives in (its user's tag, or its
+    /// memory id's); `None` for requests that touch no user's data.
+    pub fn mem_slot(&self, args: &[Vec<u8>]) -> Option<u16> {
+        self.cluster.as_ref()?;
+        let cmd = mem::Command::parse(args.to_vec(), &self.cfg).ok()?;
+        cmd.slot_key()
+            .map(|k| crate::cluster::slot::slot(k.as_bytes()))
     }
 
     pub fn upstream_addr(&self) -> &UpstreamAddr {
@@ -179,6 +220,11 @@ impl Engine {
             // Redis refuses long requests from unauthenticated connections as a protocol error
             // (and closes them): ask with a PING first, so NOAUTH comes as Redis's own answer.
             crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
+        }
+        if self.cluster.is_some() && cmd.touches_data() && !cmd.cluster_ready() {
+            return Err(MemError::client(
+                "this MEM.* verb is not available in cluster mode yet (see docs/PROTOCOL.md, Redis Cluster)",
+            ));
         }
         if client.db != 0 && cmd.touches_data() {
             return Err(MemError::client(format!(

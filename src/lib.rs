@@ -14,6 +14,7 @@
 //! [`engine`] shared state of MEM.*; [`mem`] the verbs; [`store`] everything that touches Redis
 //! data; [`embed`] the model.
 
+pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod consolidator;

@@ -115,7 +115,10 @@ impl Server {
                     let engine = self.engine.clone();
                     let stop = stop_rx.clone();
                     conns.spawn(async move {
-                        conn::serve(socket, engine, stop).await;
+                        match engine.cluster.clone() {
+                            Some(c) => crate::cluster::session::serve(socket, engine, c, stop).await,
+                            None => conn::serve(socket, engine, stop).await,
+                        }
                         drop(permit);
                     });
                     // Reap finished connections so the set does not grow.

@@ -24,8 +24,8 @@ use crate::error::{MemError, MemResult};
 use crate::resp::Scanner;
 
 /// A byte stream to or from a client or the upstream: TCP, a unix socket, or TLS over TCP.
-pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
+pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> AsyncStream for T {}
 pub type Stream = Box<dyn AsyncStream>;
 
 #[derive(Debug, Clone)]
@@ -128,6 +128,20 @@ impl UpstreamAddr {
             password,
             db,
         })
+    }
+
+    /// The same settings (TLS, credentials) for another node, `host:port` (a cluster's master).
+    pub fn at(&self, host: &str, port: u16) -> UpstreamAddr {
+        let mut a = self.clone();
+        a.target = Target::Tcp(host.to_string(), port);
+        if let Some((connector, name)) = &mut a.tls {
+            if let Ok(n) = rustls::pki_types::ServerName::try_from(host.to_string()) {
+                *name = n;
+            }
+            let _ = connector;
+        }
+        a.db = 0;
+        a
     }
 
     /// `host:port` (with `tls`) or the socket path, for MEM.INFO and logs.
@@ -340,6 +354,8 @@ pub struct Link {
     pub owed: usize,
     /// Some call got replies and none was NOAUTH: the connection is known to be let in.
     pub admitted: bool,
+    /// In cluster mode, the master this connection is to (`host:port`).
+    pub node: Option<String>,
     turned_on: bool,
     timeout: Duration,
 }
@@ -354,6 +370,7 @@ impl Link {
             mode,
             owed: 0,
             admitted: false,
+            node: None,
             turned_on: false,
             timeout,
         }

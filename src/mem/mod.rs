@@ -110,6 +110,22 @@ impl Command {
         }
     }
 
+    /// In cluster mode, a key in the slot of the data the command touches: its user's tag, or
+    /// the memory id it names (ids carry their user's tag there).
+    pub fn slot_key(&self) -> Option<String> {
+        match self {
+            Command::Forget(forget::Forget::Id(id)) => Some(id.clone()),
+            _ => self
+                .scope_user()
+                .map(|u| format!("{{{}}}", crate::cluster::slot::user_tag(u))),
+        }
+    }
+
+    /// Whether the verb runs in cluster mode (on its user's master).
+    pub fn cluster_ready(&self) -> bool {
+        false
+    }
+
     /// Whether the command reads or writes memproxy's data (and so needs database 0).
     pub fn touches_data(&self) -> bool {
         !matches!(

@@ -250,6 +250,98 @@ impl Drop for Redis {
     }
 }
 
+/// A Redis Cluster the test owns: `masters` masters with both modules, the slots split evenly,
+/// on free ports whose bus ports (port + 10000) are free too; made with CLUSTER ADDSLOTSRANGE
+/// and CLUSTER MEET (no redis-cli needed).
+pub struct ClusterNodes {
+    pub nodes: Vec<Redis>,
+}
+
+impl ClusterNodes {
+    pub fn start(masters: usize) -> ClusterNodes {
+        let mut nodes = Vec::new();
+        while nodes.len() < masters {
+            let port = free_port();
+            if port > 55535 || TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
+                continue;
+            }
+            nodes.push(Redis::start_on(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-require-full-coverage",
+                    "no",
+                ],
+            ));
+        }
+        let per = 16384 / masters;
+        for (i, n) in nodes.iter().enumerate() {
+            let (a, b) = (
+                i * per,
+                if i + 1 == masters {
+                    16383
+                } else {
+                    (i + 1) * per - 1
+                },
+            );
+            let mut c = direct(n);
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(a)
+                .arg(b)
+                .query(&mut c)
+                .unwrap();
+        }
+        for n in &nodes[1..] {
+            let mut c = direct(n);
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(nodes[0].port)
+                .query(&mut c)
+                .unwrap();
+        }
+        let cl = ClusterNodes { nodes };
+        cl.wait_agreed();
+        cl
+    }
+
+    /// Until every node says the cluster is ok and knows every master.
+    pub fn wait_agreed(&self) {
+        let masters = self.nodes.len();
+        eventually("the cluster agrees", || {
+            self.nodes.iter().all(|n| {
+                let mut c = direct(n);
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let slots: redis::Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query(&mut c)
+                    .unwrap_or(redis::Value::Nil);
+                info.contains("cluster_state:ok") && items(&slots).len() >= masters
+            })
+        });
+    }
+
+    /// The node that serves `key`'s slot.
+    pub fn owner(&self, key: &str) -> &Redis {
+        let mut c = direct(&self.nodes[0]);
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut c)
+            .unwrap();
+        let per = 16384 / self.nodes.len() as i64;
+        let i = ((slot / per) as usize).min(self.nodes.len() - 1);
+        &self.nodes[i]
+    }
+}
+
 /// Spawn children from one thread that never exits, so PR_SET_PDEATHSIG fires only when the
 /// whole test process goes.
 fn spawn_from_keeper(cmd: Command) -> Child {

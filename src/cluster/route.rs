@@ -1,0 +1,218 @@
+//! How each command goes over the cluster: to the master of its keys' slot, split by slot and
+//! merged, to every master, or handled by the session itself. The table in
+//! docs/ARCHITECTURE.md ("Redis Cluster") is this file in prose.
+
+use super::slot::slot;
+use super::topology::{Cluster, KeySpec};
+
+/// What the session does with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// To one master, chosen by [`target`]; one reply.
+    Plain,
+    /// Connection state (AUTH, HELLO, SELECT, CLIENT SETNAME …): to every connection the client
+    /// has, and to each one it opens later.
+    State,
+    /// RESET: every connection, and the recorded state forgotten.
+    Reset,
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
+    /// Multi-key commands split by slot, replies merged in request order.
+    Split(Merge),
+    /// To every master, replies merged.
+    Every(Merge),
+    /// SCAN over every master in turn.
+    Scan,
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the connection becomes a tunnel to one node.
+    Tunnel,
+    /// A MEM.* verb.
+    Mem,
+    /// Not available through memproxy in cluster mode (one error line).
+    Refused(&'static str),
+}
+
+/// How replies of several masters become one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// Integers added (DEL, UNLINK, EXISTS, TOUCH, DBSIZE).
+    Sum,
+    /// Arrays concatenated (KEYS) or, for a split MGET, put back in the request's key order.
+    Concat,
+    /// Every reply `+OK` (MSET, FLUSHALL, SCRIPT FLUSH …): the first error, else the first reply.
+    First,
+}
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+/// What the session does with `args`.
+pub fn kind(args: &[Vec<u8>]) -> Kind {
+    let name = args.first().map(Vec::as_slice).unwrap_or_default();
+    let sub = args.get(1).map(Vec::as_slice).unwrap_or_default();
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    match lower.as_str() {
+        n if n.starts_with("mem.") && n.len() > 4 => Kind::Mem,
+        "auth" | "hello" | "select" | "readonly" | "readwrite" => Kind::State,
+        "client"
+            if eq(sub, "setname")
+                || eq(sub, "setinfo")
+                || eq(sub, "no-evict")
+                || eq(sub, "no-touch") =>
+        {
+            Kind::State
+        }
+        "client" if eq(sub, "reply") => {
+            Kind::Refused("ERR CLIENT REPLY is not supported by memproxy in cluster mode")
+        }
+        "client" if eq(sub, "tracking") => {
+            Kind::Refused("ERR CLIENT TRACKING is not supported by memproxy in cluster mode")
+        }
+        "reset" => Kind::Reset,
+        "multi" => Kind::Multi,
+        "exec" => Kind::Exec,
+        "discard" => Kind::Discard,
+        "watch" => Kind::Watch,
+        "unwatch" => Kind::Unwatch,
+        "mget" => Kind::Split(Merge::Concat),
+        "mset" => Kind::Split(Merge::First),
+        "del" | "unlink" | "exists" | "touch" => Kind::Split(Merge::Sum),
+        "keys" => Kind::Every(Merge::Concat),
+        "dbsize" => Kind::Every(Merge::Sum),
+        "flushall" | "flushdb" => Kind::Every(Merge::First),
+        "script" if eq(sub, "load") || eq(sub, "flush") => Kind::Every(Merge::First),
+        "function"
+            if !eq(sub, "list") && !eq(sub, "dump") && !eq(sub, "stats") && !eq(sub, "help") =>
+        {
+            Kind::Every(Merge::First)
+        }
+        "scan" => Kind::Scan,
+        "subscribe" | "psubscribe" | "ssubscribe" | "monitor" | "sync" | "psync" => Kind::Tunnel,
+        "msetnx" => Kind::Plain,
+        _ => Kind::Plain,
+    }
+}
+
+/// Where a command's keys hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// No key: the client's first master.
+    Any,
+    Slot(u16),
+    /// Keys in more than one slot.
+    Cross,
+}
+
+/// The keys of `args` by `spec` (positions as `COMMAND` gives them).
+pub fn keys_by_spec<'a>(spec: KeySpec, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+    if spec.first <= 0 {
+        return Vec::new();
+    }
+    let argc = args.len() as i64;
+    let last = if spec.last < 0 {
+        argc + spec.last
+    } else {
+        spec.last
+    };
+    let step = spec.step.max(1);
+    let mut keys = Vec::new();
+    let mut i = spec.first;
+    while i <= last && i < argc {
+        keys.push(args[i as usize].as_slice());
+        i += step;
+    }
+    keys
+}
+
+/// The command-table entry for `args`: `name|sub` when Redis lists the subcommand.
+pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
+    let name = String::from_utf8_lossy(args.first()?).to_ascii_lowercase();
+    if let Some(sub) = args.get(1) {
+        let full = format!(
+            "{name}|{}",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        );
+        if let Some(s) = cluster.key_spec(&full) {
+            return Some(s);
+        }
+    }
+    cluster.key_spec(&name)
+}
+
+/// The slot all `keys` share.
+pub fn target_of<K: AsRef<[u8]>>(keys: &[K]) -> Target {
+    let mut t = Target::Any;
+    for k in keys {
+        let s = slot(k.as_ref());
+        match t {
+            Target::Any => t = Target::Slot(s),
+            Target::Slot(x) if x != s => return Target::Cross,
+            _ => {}
+        }
+    }
+    t
+}
+
+/// Where a plain command goes; its keys come from the command table, or from the server for
+/// commands with movable keys.
+pub async fn target(cluster: &Cluster, args: &[Vec<u8>]) -> Target {
+    match spec_of(cluster, args) {
+        Some(spec) if spec.movable => match cluster.get_keys(args).await {
+            Ok(keys) => target_of(&keys),
+            Err(_) => Target::Any,
+        },
+        Some(spec) => target_of(&keys_by_spec(spec, args)),
+        None => Target::Any,
+    }
+}
+
+/// The keys and the key step of a command [`Kind::Split`] splits: `MSET k v k v` has step 2.
+pub fn split_step(args: &[Vec<u8>]) -> usize {
+    if args.first().is_some_and(|n| eq(n, "mset")) {
+        2
+    } else {
+        1
+    }
+}
+
+/// The CROSSSLOT error, as Redis Cluster words it.
+pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &[&str]) -> Vec<Vec<u8>> {
+        s.iter().map(|x| x.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn keys_by_position() {
+        let mset = KeySpec {
+            first: 1,
+            last: -1,
+            step: 2,
+            movable: false,
+        };
+        assert_eq!(
+            keys_by_spec(mset, &a(&["MSET", "a", "1", "b", "2"])),
+            vec![b"a".as_slice(), b"b".as_slice()]
+        );
+        let get = KeySpec {
+            first: 1,
+            last: 1,
+            step: 1,
+            movable: false,
+        };
+        assert_eq!(keys_by_spec(get, &a(&["GET"])), Vec::<&[u8]>::new());
+        assert_eq!(target_of(&[b"{u}1", b"{u}2"]), Target::Slot(slot(b"u")));
+        assert_eq!(target_of(&[b"a", b"b"]), Target::Cross);
+        assert_eq!(target_of::<&[u8]>(&[]), Target::Any);
+        assert_eq!(kind(&a(&["mem.recall", "x"])), Kind::Mem);
+        assert_eq!(kind(&a(&["client", "SETNAME", "x"])), Kind::State);
+        assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));
+    }
+}

@@ -1,0 +1,962 @@
+//! One client session in cluster mode: the client sees one plain Redis; behind it the session
+//! keeps one connection per master it has used (opened when first needed, with the client's
+//! AUTH / HELLO / CLIENT SETNAME replayed on it), and sends each request where
+//! [`route`](super::route) says.
+//!
+//! Invariants (as in single mode, [`crate::conn`]):
+//! - every request that Redis would answer gets exactly one reply, in request order; requests
+//!   framed together are sent together (one write per master) and their replies taken in order;
+//! - ordinary requests and replies are forwarded byte for byte, except where a reply is merged
+//!   from several masters (split MGET/DEL/…, KEYS, DBSIZE, SCAN's cursor);
+//! - `MOVED` is followed (and the slot map read again), `ASK` is followed with `ASKING`, up to
+//!   [`MAX_REDIRECTS`] times; the client never sees either;
+//! - while a reply is awaited the client is still read: a client that leaves closes every
+//!   upstream connection at once (nothing stays blocked on any master);
+//! - a master that breaks answers an error to the request waiting on it, and the client is
+//!   closed, as when the single upstream breaks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::watch;
+
+use super::route::{self, Kind, Merge, Target, CROSSSLOT};
+use super::topology::Cluster;
+use crate::engine::{ClientState, Engine};
+use crate::resp::{Framer, Parsed, Protocol, Reply, Scanner};
+use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
+
+/// Redirections followed for one request before its last reply is passed on.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// SCAN cursors carry the master's position in their low bits: cursor = node cursor × this + i.
+const SCAN_NODES: u64 = 1024;
+
+/// A client's connection to one master.
+struct Node {
+    stream: Stream,
+    buf: BytesMut,
+    scanner: Scanner,
+}
+
+/// Why a session ends.
+enum Stop {
+    ClientGone,
+    /// A master broke; the reason is told to the client.
+    Upstream(String),
+}
+
+/// A MULTI being queued.
+#[derive(Default)]
+struct Tx {
+    cmds: Vec<Cmd>,
+    /// The slot of the first queued command with keys.
+    slot: Option<u16>,
+    /// A command was refused while queueing: EXEC answers EXECABORT.
+    failed: bool,
+}
+
+struct Session {
+    engine: Arc<Engine>,
+    cluster: Arc<Cluster>,
+    rd: ReadHalf<Stream>,
+    wr: WriteHalf<Stream>,
+    cbuf: BytesMut,
+    framer: Framer,
+    nodes: HashMap<String, Node>,
+    /// The master keyless commands go to: the first the client used.
+    home: Option<String>,
+    /// Connection-state commands that succeeded, replayed on every connection opened later.
+    setup: Vec<Cmd>,
+    state: ClientState,
+    tx: Option<Tx>,
+    /// The master a WATCH went to: the transaction must run there.
+    watched: Option<String>,
+    out: BytesMut,
+    timeout: Duration,
+    max_request: usize,
+    buffer: usize,
+}
+
+/// Serve one accepted client in cluster mode until it or a master goes away.
+pub async fn serve(
+    client: Stream,
+    engine: Arc<Engine>,
+    cluster: Arc<Cluster>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let cfg = engine.config();
+    let (rd, wr) = tokio::io::split(client);
+    let mut s = Session {
+        timeout: Duration::from_millis(cfg.op_timeout_ms),
+        max_request: cfg.max_request_bytes,
+        buffer: cfg.client_buffer_bytes,
+        engine: engine.clone(),
+        cluster,
+        rd,
+        wr,
+        cbuf: BytesMut::with_capacity(16 * 1024),
+        framer: Framer::default(),
+        nodes: HashMap::new(),
+        home: None,
+        setup: Vec::new(),
+        state: ClientState::default(),
+        tx: None,
+        watched: None,
+        out: BytesMut::new(),
+    };
+    engine.metrics.clients.inc();
+    let outcome = s.run(shutdown).await;
+    engine.metrics.clients.dec();
+    match outcome {
+        Stop::ClientGone => {}
+        Stop::Upstream(reason) => {
+            tracing::debug!(%reason, "cluster node lost; closing the client");
+            let _ = s.cluster.refresh().await;
+            let line = format!("-ERR upstream {}\r\n", reason.replace(['\r', '\n'], " "));
+            s.out.extend_from_slice(line.as_bytes());
+            let _ = s.wr.write_all(&s.out).await;
+        }
+    }
+    let _ = s.wr.shutdown().await;
+}
+
+impl Session {
+    async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Stop {
+        loop {
+            // Every complete request in the buffer, in order.
+            let mut batch: Vec<Cmd> = Vec::new();
+            loop {
+                match self.framer.parse(&self.cbuf) {
+                    Parsed::Request(req) => {
+                        batch.push(req.owned_args(&self.cbuf));
+                        self.cbuf.advance(req.len);
+                    }
+                    Parsed::Skip(n) => self.cbuf.advance(n),
+                    Parsed::Incomplete(need) => {
+                        if need > self.max_request + 64 * 1024 {
+                            return self.refuse("ERR Protocol error: request too big").await;
+                        }
+                        break;
+                    }
+                    Parsed::Invalid(reason) => {
+                        if let Err(stop) = self.batch(batch).await {
+                            return stop;
+                        }
+                        return self.refuse(&format!("ERR Protocol error: {reason}")).await;
+                    }
+                }
+                if batch.len() >= 1024 {
+                    break;
+                }
+            }
+            if !batch.is_empty() {
+                if let Err(stop) = self.batch(batch).await {
+                    return stop;
+                }
+                if let Err(e) = self.flush().await {
+                    return e;
+                }
+                continue;
+            }
+            if *shutdown.borrow() {
+                return Stop::ClientGone;
+            }
+            tokio::select! {
+                r = self.rd.read_buf(&mut self.cbuf) => match r {
+                    Ok(0) | Err(_) => return Stop::ClientGone,
+                    Ok(_) => {}
+                },
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), Stop> {
+        if !self.out.is_empty() {
+            self.wr
+                .write_all(&self.out)
+                .await
+                .map_err(|_| Stop::ClientGone)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    async fn refuse(&mut self, line: &str) -> Stop {
+        Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
+        let _ = self.flush().await;
+        Stop::ClientGone
+    }
+
+    fn error(&mut self, line: &str) {
+        Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
+    }
+
+    /// Serve a batch in order: runs of plain requests go out together.
+    async fn batch(&mut self, batch: Vec<Cmd>) -> Result<(), Stop> {
+        let mut run: Vec<(Cmd, Option<String>)> = Vec::new();
+        let mut batch = batch.into_iter();
+        while let Some(args) = batch.next() {
+            let kind = route::kind(&args);
+            if self.tx.is_some()
+                && !matches!(kind, Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch)
+            {
+                self.plain_run(std::mem::take(&mut run)).await?;
+                self.queue(args, kind).await;
+                continue;
+            }
+            if kind == Kind::Plain {
+                let node = match route::target(&self.cluster, &args).await {
+                    Target::Cross => None,
+                    Target::Any => Some(self.home().await?),
+                    Target::Slot(s) => self.master_of(s).await,
+                };
+                run.push((args, node));
+                continue;
+            }
+            self.plain_run(std::mem::take(&mut run)).await?;
+            match kind {
+                Kind::Plain => unreachable!("handled above"),
+                Kind::State => self.state_cmd(args).await?,
+                Kind::Reset => {
+                    self.everywhere(args).await?;
+                    self.setup.clear();
+                    self.state = ClientState::default();
+                    self.tx = None;
+                    self.watched = None;
+                }
+                Kind::Multi => {
+                    if self.tx.is_some() {
+                        self.error("ERR MULTI calls can not be nested");
+                    } else {
+                        self.tx = Some(Tx::default());
+                        self.out.extend_from_slice(b"+OK\r\n");
+                    }
+                }
+                Kind::Exec => self.exec(args).await?,
+                Kind::Discard => self.discard(args).await?,
+                Kind::Watch => self.watch(args).await?,
+                Kind::Unwatch => match self.watched.take() {
+                    Some(node) => {
+                        let f = self.one(&node, &args).await?;
+                        self.out.extend_from_slice(&f);
+                    }
+                    None => self.out.extend_from_slice(b"+OK\r\n"),
+                },
+                Kind::Split(merge) => self.split(args, merge).await?,
+                Kind::Every(merge) => self.every(args, merge).await?,
+                Kind::Scan => self.scan(args).await?,
+                Kind::Tunnel => {
+                    let rest: Vec<Cmd> = batch.collect();
+                    return self.tunnel(args, rest).await;
+                }
+                Kind::Mem => self.mem(args).await?,
+                Kind::Refused(line) => self.error(line),
+            }
+        }
+        self.plain_run(run).await
+    }
+
+    /// The master of `slot` (the map read again once if no master serves it).
+    async fn master_of(&self, slot: u16) -> Option<String> {
+        if let Some(m) = self.cluster.topology().master_of(slot) {
+            return Some(m.clone());
+        }
+        let _ = self.cluster.refresh().await;
+        self.cluster.topology().master_of(slot).cloned()
+    }
+
+    /// The client's first master (opened now if need be).
+    async fn home(&mut self) -> Result<String, Stop> {
+        if let Some(h) = &self.home {
+            if self.nodes.contains_key(h) {
+                return Ok(h.clone());
+            }
+        }
+        let t = self.cluster.topology();
+        let first = t
+            .masters
+            .first()
+            .cloned()
+            .ok_or_else(|| Stop::Upstream("the cluster has no master".into()))?;
+        self.open(&first).await?;
+        self.home = Some(first.clone());
+        Ok(first)
+    }
+
+    /// A connection to `node`, opened and set up as the client's other connections are.
+    async fn open(&mut self, node: &str) -> Result<(), Stop> {
+        if self.nodes.contains_key(node) {
+            return Ok(());
+        }
+        let addr = self.cluster.addr_of(node);
+        let stream = addr
+            .connect(self.timeout)
+            .await
+            .map_err(|e| Stop::Upstream(format!("unavailable: {e}")))?;
+        let mut n = Node {
+            stream,
+            buf: BytesMut::new(),
+            scanner: Scanner::default(),
+        };
+        if !self.setup.is_empty() {
+            let mut w = Vec::new();
+            for c in &self.setup {
+                encode(c, &mut w);
+            }
+            let setup = async {
+                n.stream.write_all(&w).await?;
+                let mut left = self.setup.len();
+                while left > 0 {
+                    match n.scanner.scan(&n.buf) {
+                        Ok(Some((len, push))) => {
+                            n.buf.advance(len);
+                            if !push {
+                                left -= 1;
+                            }
+                        }
+                        Ok(None) => {
+                            if n.stream.read_buf(&mut n.buf).await? == 0 {
+                                return Err(std::io::Error::other("closed"));
+                            }
+                        }
+                        Err(e) => return Err(std::io::Error::other(e.to_string())),
+                    }
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            tokio::time::timeout(self.timeout, setup)
+                .await
+                .map_err(|_| Stop::Upstream(format!("{node}: setup timed out")))?
+                .map_err(|e| Stop::Upstream(format!("{node}: {e}")))?;
+        }
+        if self.home.is_none() {
+            self.home = Some(node.to_string());
+        }
+        self.nodes.insert(node.to_string(), n);
+        Ok(())
+    }
+
+    async fn send(&mut self, node: &str, bytes: &[u8]) -> Result<(), Stop> {
+        self.open(node).await?;
+        let n = self.nodes.get_mut(node).expect("opened");
+        if let Err(e) = n.stream.write_all(bytes).await {
+            self.nodes.remove(node);
+            return Err(Stop::Upstream(format!("{node}: {e}")));
+        }
+        Ok(())
+    }
+
+    /// The next reply from `node` (pushes go to the client as they come), reading the client
+    /// meanwhile so that its going away is seen at once.
+    async fn frame(&mut self, node: &str) -> Result<BytesMut, Stop> {
+        let Session {
+            nodes,
+            rd,
+            cbuf,
+            out,
+            buffer,
+            max_request,
+            ..
+        } = self;
+        let n = nodes
+            .get_mut(node)
+            .ok_or_else(|| Stop::Upstream(format!("{node}: not connected")))?;
+        loop {
+            match n.scanner.scan(&n.buf) {
+                Ok(Some((len, push))) => {
+                    let f = n.buf.split_to(len);
+                    if push {
+                        out.extend_from_slice(&f);
+                        continue;
+                    }
+                    return Ok(f);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Stop::Upstream(format!("{node}: {e}"))),
+            }
+            let room = cbuf.len() < *buffer + *max_request;
+            tokio::select! {
+                r = n.stream.read_buf(&mut n.buf) => match r {
+                    Ok(0) => return Err(Stop::Upstream(format!("{node} closed the connection"))),
+                    Err(e) => return Err(Stop::Upstream(format!("{node}: {e}"))),
+                    Ok(_) => {}
+                },
+                r = rd.read_buf(cbuf), if room => match r {
+                    Ok(0) | Err(_) => return Err(Stop::ClientGone),
+                    Ok(_) => {}
+                },
+            }
+        }
+    }
+
+    /// One command to `node`, its reply (redirections followed).
+    async fn one(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, Stop> {
+        let mut w = Vec::new();
+        encode(args, &mut w);
+        self.send(node, &w).await?;
+        let f = self.frame(node).await?;
+        self.follow(args, f).await
+    }
+
+    /// Plain requests, sent together (one write per master), replies taken in order.
+    async fn plain_run(&mut self, run: Vec<(Cmd, Option<String>)>) -> Result<(), Stop> {
+        if run.is_empty() {
+            return Ok(());
+        }
+        let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
+        for (args, node) in &run {
+            if let Some(node) = node {
+                match writes.iter_mut().find(|(n, _)| n == node) {
+                    Some((_, w)) => encode(args, w),
+                    None => {
+                        let mut w = Vec::new();
+                        encode(args, &mut w);
+                        writes.push((node.clone(), w));
+                    }
+                }
+            }
+        }
+        for (node, w) in &writes {
+            self.send(node, w).await?;
+        }
+        let mut replies: Vec<Option<BytesMut>> = Vec::with_capacity(run.len());
+        for (_, node) in &run {
+            replies.push(match node {
+                Some(node) => Some(self.frame(node).await?),
+                None => None,
+            });
+        }
+        for ((args, _), reply) in run.into_iter().zip(replies) {
+            match reply {
+                Some(f) => {
+                    let f = self.follow(&args, f).await?;
+                    self.out.extend_from_slice(&f);
+                }
+                None => {
+                    let line = if args.is_empty() {
+                        "ERR empty request".to_string()
+                    } else {
+                        CROSSSLOT.to_string()
+                    };
+                    self.error(&line);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Follow `MOVED` / `ASK` for `args` until a real reply (or [`MAX_REDIRECTS`]).
+    async fn follow(&mut self, args: &[Vec<u8>], mut f: BytesMut) -> Result<BytesMut, Stop> {
+        for _ in 0..MAX_REDIRECTS {
+            let Some((ask, node)) = redirect(&f) else {
+                return Ok(f);
+            };
+            let mut w = Vec::new();
+            if ask {
+                encode(&[b"ASKING".to_vec()], &mut w);
+            } else {
+                let _ = self.cluster.refresh().await;
+            }
+            encode(args, &mut w);
+            self.send(&node, &w).await?;
+            if ask {
+                let _ = self.frame(&node).await?;
+            }
+            f = self.frame(&node).await?;
+        }
+        Ok(f)
+    }
+
+    /// AUTH, HELLO, SELECT, CLIENT SETNAME …: on every open connection; the home connection's
+    /// reply is the client's; kept for later connections when it succeeded.
+    async fn state_cmd(&mut self, args: Cmd) -> Result<(), Stop> {
+        let home = self.home().await?;
+        let f = self.one(&home, &args).await?;
+        let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
+        for n in others {
+            let _ = self.one(&n, &args).await?;
+        }
+        let ok = !matches!(f.first(), Some(b'-') | Some(b'!'));
+        if ok {
+            self.track(&args);
+            self.setup.push(args);
+        }
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
+    fn track(&mut self, args: &[Vec<u8>]) {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+        let arg = |i: usize| args.get(i).map(Vec::as_slice).unwrap_or_default();
+        match name.as_str() {
+            "hello" => {
+                match arg(1) {
+                    b"2" => self.state.protocol = Protocol::Resp2,
+                    b"3" => self.state.protocol = Protocol::Resp3,
+                    _ => {}
+                }
+                let mut i = 2;
+                while i < args.len() {
+                    if arg(i).eq_ignore_ascii_case(b"auth") && i + 2 < args.len() {
+                        self.state.authenticated = true;
+                        self.state.user = Some(String::from_utf8_lossy(arg(i + 1)).into_owned());
+                        i += 3;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            "auth" => {
+                self.state.authenticated = true;
+                self.state.user = Some(if args.len() >= 3 {
+                    String::from_utf8_lossy(arg(1)).into_owned()
+                } else {
+                    "default".into()
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// RESET on every open connection (the home one's reply to the client).
+    async fn everywhere(&mut self, args: Cmd) -> Result<(), Stop> {
+        let home = self.home().await?;
+        let f = self.one(&home, &args).await?;
+        let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
+        for n in others {
+            let _ = self.one(&n, &args).await?;
+        }
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
+    /// A command inside MULTI: checked for its slot and kept until EXEC.
+    async fn queue(&mut self, args: Cmd, kind: Kind) {
+        let line = match kind {
+            Kind::Mem => Some(format!(
+                "ERR {} cannot run inside MULTI (the transaction is unaffected)",
+                String::from_utf8_lossy(&args[0]).to_uppercase()
+            )),
+            Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
+                "ERR {} inside MULTI is not supported by memproxy in cluster mode",
+                String::from_utf8_lossy(&args[0]).to_uppercase()
+            )),
+            Kind::Refused(l) => Some(l.to_string()),
+            _ => None,
+        };
+        if let Some(line) = line {
+            let mem = kind == Kind::Mem;
+            self.error(&line);
+            if !mem {
+                self.tx.as_mut().expect("in MULTI").failed = true;
+            }
+            return;
+        }
+        let target = route::target(&self.cluster, &args).await;
+        let tx = self.tx.as_mut().expect("in MULTI");
+        let refused = match target {
+            Target::Cross => true,
+            Target::Slot(s) => match tx.slot {
+                Some(t) if t != s => true,
+                _ => {
+                    tx.slot = Some(s);
+                    false
+                }
+            },
+            Target::Any => false,
+        };
+        if refused {
+            tx.failed = true;
+            self.error(CROSSSLOT);
+        } else {
+            tx.cmds.push(args);
+            self.out.extend_from_slice(b"+QUEUED\r\n");
+        }
+    }
+
+    async fn exec(&mut self, args: Cmd) -> Result<(), Stop> {
+        let Some(tx) = self.tx.take() else {
+            let home = self.home().await?;
+            let f = self.one(&home, &args).await?;
+            self.out.extend_from_slice(&f);
+            return Ok(());
+        };
+        let watched = self.watched.take();
+        let slot_node = match tx.slot {
+            Some(s) => self.master_of(s).await,
+            None => None,
+        };
+        let node = match (&watched, slot_node) {
+            (Some(w), Some(n)) if *w != n => {
+                let _ = self.one(w, &[b"UNWATCH".to_vec()]).await?;
+                self.error(CROSSSLOT);
+                return Ok(());
+            }
+            (_, Some(n)) => n,
+            (Some(w), None) => w.clone(),
+            (None, None) => self.home().await?,
+        };
+        if tx.failed {
+            if let Some(w) = watched {
+                let _ = self.one(&w, &[b"UNWATCH".to_vec()]).await?;
+            }
+            self.error("EXECABORT Transaction discarded because of previous errors.");
+            return Ok(());
+        }
+        let mut w = Vec::new();
+        encode(&[b"MULTI".to_vec()], &mut w);
+        for c in &tx.cmds {
+            encode(c, &mut w);
+        }
+        encode(&args, &mut w);
+        self.send(&node, &w).await?;
+        for _ in 0..tx.cmds.len() + 1 {
+            let _ = self.frame(&node).await?;
+        }
+        let f = self.frame(&node).await?;
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
+    async fn discard(&mut self, args: Cmd) -> Result<(), Stop> {
+        if self.tx.take().is_none() {
+            let home = self.home().await?;
+            let f = self.one(&home, &args).await?;
+            self.out.extend_from_slice(&f);
+            return Ok(());
+        }
+        if let Some(w) = self.watched.take() {
+            let _ = self.one(&w, &[b"UNWATCH".to_vec()]).await?;
+        }
+        self.out.extend_from_slice(b"+OK\r\n");
+        Ok(())
+    }
+
+    async fn watch(&mut self, args: Cmd) -> Result<(), Stop> {
+        if self.tx.is_some() {
+            self.error("ERR WATCH inside MULTI is not allowed");
+            return Ok(());
+        }
+        let node = match route::target_of(&args[1..]) {
+            Target::Slot(s) => self.master_of(s).await,
+            Target::Any => Some(self.home().await?),
+            Target::Cross => None,
+        };
+        match node {
+            Some(n) if self.watched.as_ref().is_none_or(|w| *w == n) => {
+                let f = self.one(&n, &args).await?;
+                if f.first() != Some(&b'-') {
+                    self.watched = Some(n);
+                }
+                self.out.extend_from_slice(&f);
+            }
+            _ => self.error(CROSSSLOT),
+        }
+        Ok(())
+    }
+
+    /// MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several slots: one command per slot, replies
+    /// merged.
+    async fn split(&mut self, args: Cmd, merge: Merge) -> Result<(), Stop> {
+        let step = route::split_step(&args);
+        let items: Vec<&[Vec<u8>]> = args[1..].chunks(step).collect();
+        if items.is_empty() || items.iter().any(|c| c.len() != step) {
+            // Arity errors come from Redis itself.
+            let home = self.home().await?;
+            let f = self.one(&home, &args).await?;
+            self.out.extend_from_slice(&f);
+            return Ok(());
+        }
+        // Groups by slot, in order of first appearance; each item's group and place in it.
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let s = super::slot::slot(&item[0]);
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        if groups.len() == 1 {
+            let node = self.master_of(groups[0].0).await;
+            return self.plain_run(vec![(args, node)]).await;
+        }
+        let mut replies = Vec::with_capacity(groups.len());
+        for (s, members) in &groups {
+            let mut cmd = vec![args[0].clone()];
+            for &i in members {
+                cmd.extend(items[i].iter().cloned());
+            }
+            let Some(node) = self.master_of(*s).await else {
+                self.error("CLUSTERDOWN Hash slot not served");
+                return Ok(());
+            };
+            replies.push(self.one(&node, &cmd).await?);
+        }
+        if let Some(e) = replies.iter().find(|f| f.first() == Some(&b'-')) {
+            self.out.extend_from_slice(e);
+            return Ok(());
+        }
+        match merge {
+            Merge::Sum => {
+                let total: i64 = replies.iter().filter_map(|f| int_of(f)).sum();
+                Reply::Int(total).encode(self.state.protocol, &mut self.out);
+            }
+            Merge::First => self.out.extend_from_slice(&replies[0]),
+            Merge::Concat => {
+                let mut placed: Vec<Option<Vec<u8>>> = vec![None; items.len()];
+                for ((_, members), f) in groups.iter().zip(&replies) {
+                    let Some(elems) = elements(f) else {
+                        self.out.extend_from_slice(f);
+                        return Ok(());
+                    };
+                    for (&i, e) in members.iter().zip(elems) {
+                        placed[i] = Some(e.to_vec());
+                    }
+                }
+                self.out
+                    .extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for p in placed {
+                    match p {
+                        Some(e) => self.out.extend_from_slice(&e),
+                        None => self.out.extend_from_slice(b"$-1\r\n"),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// KEYS, DBSIZE, FLUSHALL, FLUSHDB, SCRIPT LOAD|FLUSH, FUNCTION …: every master.
+    async fn every(&mut self, args: Cmd, merge: Merge) -> Result<(), Stop> {
+        let masters = self.cluster.topology().masters.clone();
+        let mut replies = Vec::with_capacity(masters.len());
+        for m in &masters {
+            replies.push(self.one(m, &args).await?);
+        }
+        if let Some(e) = replies.iter().find(|f| f.first() == Some(&b'-')) {
+            self.out.extend_from_slice(e);
+            return Ok(());
+        }
+        match merge {
+            Merge::Sum => {
+                let total: i64 = replies.iter().filter_map(|f| int_of(f)).sum();
+                Reply::Int(total).encode(self.state.protocol, &mut self.out);
+            }
+            Merge::First => self.out.extend_from_slice(&replies[0]),
+            Merge::Concat => {
+                let mut all: Vec<Vec<u8>> = Vec::new();
+                for f in &replies {
+                    all.extend(
+                        elements(f)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(<[u8]>::to_vec),
+                    );
+                }
+                self.out
+                    .extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
+                for e in all {
+                    self.out.extend_from_slice(&e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SCAN: one master after another; the cursor says which (low bits) and where in it.
+    async fn scan(&mut self, mut args: Cmd) -> Result<(), Stop> {
+        let masters = self.cluster.topology().masters.clone();
+        let cursor: Option<u64> = args
+            .get(1)
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|c| c.parse().ok());
+        let Some(cursor) = cursor else {
+            self.error("ERR invalid cursor");
+            return Ok(());
+        };
+        let (node_cursor, i) = (cursor / SCAN_NODES, (cursor % SCAN_NODES) as usize);
+        let Some(node) = masters.get(i).cloned() else {
+            self.error("ERR invalid cursor");
+            return Ok(());
+        };
+        args[1] = node_cursor.to_string().into_bytes();
+        let f = self.one(&node, &args).await?;
+        let Some(elems) = elements(&f).filter(|e| e.len() == 2) else {
+            self.out.extend_from_slice(&f);
+            return Ok(());
+        };
+        let next: u64 = bulk_of(elems[0])
+            .and_then(|c| std::str::from_utf8(c).ok()?.parse().ok())
+            .unwrap_or(0);
+        let out_cursor = if next != 0 {
+            next * SCAN_NODES + i as u64
+        } else if i + 1 < masters.len() {
+            (i + 1) as u64
+        } else {
+            0
+        };
+        let c = out_cursor.to_string();
+        self.out.extend_from_slice(b"*2\r\n");
+        self.out
+            .extend_from_slice(format!("${}\r\n{c}\r\n", c.len()).as_bytes());
+        self.out.extend_from_slice(elems[1]);
+        Ok(())
+    }
+
+    /// SUBSCRIBE, PSUBSCRIBE, MONITOR (on the home master), SSUBSCRIBE (on its channel's
+    /// master): from here on the client talks to that one node, byte for byte.
+    async fn tunnel(&mut self, args: Cmd, rest: Vec<Cmd>) -> Result<(), Stop> {
+        let sharded = args[0].eq_ignore_ascii_case(b"ssubscribe");
+        let node = match (sharded, args.get(1)) {
+            (true, Some(ch)) => match self.master_of(super::slot::slot(ch)).await {
+                Some(n) => n,
+                None => self.home().await?,
+            },
+            _ => self.home().await?,
+        };
+        let mut w = Vec::new();
+        encode(&args, &mut w);
+        for c in &rest {
+            encode(c, &mut w);
+        }
+        w.extend_from_slice(&self.cbuf);
+        self.cbuf.clear();
+        self.send(&node, &w).await?;
+        self.flush().await?;
+        let mut n = self.nodes.remove(&node).expect("opened");
+        self.nodes.clear();
+        if !n.buf.is_empty() {
+            self.wr
+                .write_all(&n.buf)
+                .await
+                .map_err(|_| Stop::ClientGone)?;
+        }
+        let (mut urd, mut uwr) = tokio::io::split(&mut n.stream);
+        let up = tokio::io::copy(&mut self.rd, &mut uwr);
+        let down = tokio::io::copy(&mut urd, &mut self.wr);
+        tokio::select! {
+            _ = up => {},
+            _ = down => {},
+        }
+        Err(Stop::ClientGone)
+    }
+
+    /// A MEM.* verb, on the connection to the master of its user's slot.
+    async fn mem(&mut self, args: Cmd) -> Result<(), Stop> {
+        let node = match self.engine.mem_slot(&args) {
+            Some(s) => match self.master_of(s).await {
+                Some(n) => n,
+                None => {
+                    self.error("CLUSTERDOWN Hash slot not served");
+                    return Ok(());
+                }
+            },
+            None => self.home().await?,
+        };
+        self.open(&node).await?;
+        let n = self.nodes.remove(&node).expect("opened");
+        let mut link = Link::new(n.stream, n.buf, ReplyMode::On, self.timeout);
+        link.node = Some(node.clone());
+        let reply = self.engine.execute(args, &self.state, &mut link).await;
+        if !link.pushes.is_empty() {
+            self.out.extend_from_slice(&link.pushes);
+        }
+        reply.encode(self.state.protocol, &mut self.out);
+        if link.broken.is_none() && link.owed == 0 {
+            if link.admitted {
+                self.state.trusted = true;
+            }
+            self.nodes.insert(
+                node,
+                Node {
+                    stream: link.stream,
+                    buf: link.buf,
+                    scanner: Scanner::default(),
+                },
+            );
+        } else if self.home.as_deref() == Some(node.as_str()) {
+            self.home = None;
+        }
+        Ok(())
+    }
+}
+
+/// `-MOVED <slot> <host:port>` or `-ASK <slot> <host:port>`: (is ASK, node). An empty host means
+/// the node that answered, which memproxy does not track per reply: such replies pass on as is.
+fn redirect(f: &[u8]) -> Option<(bool, String)> {
+    let ask = f.starts_with(b"-ASK ");
+    if !ask && !f.starts_with(b"-MOVED ") {
+        return None;
+    }
+    let line = std::str::from_utf8(f).ok()?.trim_end();
+    let node = line.split(' ').nth(2)?;
+    if node.starts_with(':') {
+        return None;
+    }
+    Some((ask, node.to_string()))
+}
+
+/// The integer of a `:n` reply.
+fn int_of(f: &[u8]) -> Option<i64> {
+    if f.first() != Some(&b':') {
+        return None;
+    }
+    std::str::from_utf8(&f[1..]).ok()?.trim_end().parse().ok()
+}
+
+/// The payload of a `$n` bulk reply.
+fn bulk_of(f: &[u8]) -> Option<&[u8]> {
+    if f.first() != Some(&b'$') {
+        return None;
+    }
+    let eol = f.windows(2).position(|w| w == b"\r\n")?;
+    let len: usize = std::str::from_utf8(&f[1..eol]).ok()?.parse().ok()?;
+    f.get(eol + 2..eol + 2 + len)
+}
+
+/// The elements of an array (or set) reply, each as its own complete frame.
+fn elements(f: &[u8]) -> Option<Vec<&[u8]>> {
+    if !matches!(f.first(), Some(b'*') | Some(b'~')) {
+        return None;
+    }
+    let eol = f.windows(2).position(|w| w == b"\r\n")?;
+    let count: i64 = std::str::from_utf8(&f[1..eol]).ok()?.parse().ok()?;
+    let mut pos = eol + 2;
+    let mut out = Vec::with_capacity(count.max(0) as usize);
+    for _ in 0..count.max(0) {
+        let (len, _) = crate::resp::scan_reply(&f[pos..]).ok()??;
+        out.push(&f[pos..pos + len]);
+        pos += len;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read() {
+        assert_eq!(
+            redirect(b"-MOVED 3999 127.0.0.1:6381\r\n"),
+            Some((false, "127.0.0.1:6381".into()))
+        );
+        assert_eq!(
+            redirect(b"-ASK 3999 10.0.0.1:7000\r\n"),
+            Some((true, "10.0.0.1:7000".into()))
+        );
+        assert_eq!(redirect(b"-ERR MOVED\r\n"), None);
+        assert_eq!(int_of(b":42\r\n"), Some(42));
+        assert_eq!(bulk_of(b"$3\r\nabc\r\n"), Some(b"abc".as_slice()));
+        let e = elements(b"*3\r\n$1\r\na\r\n$-1\r\n*1\r\n:1\r\n").unwrap();
+        assert_eq!(
+            e,
+            vec![b"$1\r\na\r\n".as_slice(), b"$-1\r\n", b"*1\r\n:1\r\n"]
+        );
+    }
+}

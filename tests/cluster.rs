@@ -1,0 +1,375 @@
+//! memproxy in front of a Redis Cluster (issue 26): a real 3-master cluster with the modules,
+//! started here on free ports; memproxy pointed at one node detects the cluster and presents one
+//! plain Redis to a non-cluster client.
+
+mod common;
+
+use std::io::Write;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::*;
+use redis::Value;
+
+struct Setup {
+    cluster: ClusterNodes,
+    proxy: Proxy,
+}
+
+fn setup() -> &'static Setup {
+    static S: OnceLock<Setup> = OnceLock::new();
+    S.get_or_init(|| {
+        let cluster = ClusterNodes::start(3);
+        let proxy = Proxy::start(&cluster.nodes[1].url(), |_| {});
+        Setup { cluster, proxy }
+    })
+}
+
+/// Keys `prefix:0 …` until every master holds at least one.
+fn spread(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}:{i}")).collect()
+}
+
+#[test]
+fn keys_go_to_their_masters_and_multi_key_commands_are_split() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let keys = spread(&unique("k"), 30);
+    for k in &keys {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(format!("v-{k}"))
+            .query(&mut c)
+            .unwrap();
+    }
+    // Each key lives on the master of its slot, and only there.
+    for k in &keys {
+        let mut d = direct(s.cluster.owner(k));
+        let v: String = redis::cmd("GET").arg(k).query(&mut d).unwrap();
+        assert_eq!(v, format!("v-{k}"));
+    }
+    let mut masters_used = std::collections::HashSet::new();
+    for k in &keys {
+        masters_used.insert(s.cluster.owner(k).port);
+    }
+    assert_eq!(masters_used.len(), 3, "the keys span every master");
+    // MGET across slots: values in the request's order, a missing key as nil.
+    let mut mget = redis::cmd("MGET");
+    for k in &keys {
+        mget.arg(k);
+    }
+    mget.arg("no-such-key-{x}");
+    let vals: Vec<Option<String>> = mget.query(&mut c).unwrap();
+    assert_eq!(vals.len(), keys.len() + 1);
+    for (k, v) in keys.iter().zip(&vals) {
+        assert_eq!(v.as_deref(), Some(format!("v-{k}").as_str()));
+    }
+    assert_eq!(vals.last().unwrap(), &None);
+    // EXISTS and DEL sum over masters; MSET lands everywhere.
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(&keys)
+        .arg("nope")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 30);
+    let mut mset = redis::cmd("MSET");
+    for k in &keys {
+        mset.arg(k).arg("m");
+    }
+    let _: () = mset.query(&mut c).unwrap();
+    let v: String = redis::cmd("GET").arg(&keys[7]).query(&mut c).unwrap();
+    assert_eq!(v, "m");
+    let n: i64 = redis::cmd("DEL").arg(&keys).query(&mut c).unwrap();
+    assert_eq!(n, 30);
+    let n: i64 = redis::cmd("EXISTS").arg(&keys).query(&mut c).unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn cross_slot_commands_answer_crossslot_and_same_slot_ones_run() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let u = unique("x");
+    let (a, b) = (format!("{u}:a"), format!("{u}:b"));
+    assert!(err(&mut c, &["SUNIONSTORE", &a, &b, "c"]).starts_with("CROSSSLOT"));
+    assert!(
+        err(&mut c, &["RENAME", &a, &b]).starts_with("CROSSSLOT")
+            || err(&mut c, &["RENAME", &a, &b]).contains("no such key")
+    );
+    assert!(err(&mut c, &["EVAL", "return 1", "2", &a, &b]).starts_with("CROSSSLOT"));
+    // With one hash tag they share a slot and run.
+    let (ta, tb) = (format!("{{{u}}}:a"), format!("{{{u}}}:b"));
+    let _: () = redis::cmd("SADD").arg(&ta).arg("1").query(&mut c).unwrap();
+    let _: () = redis::cmd("SADD").arg(&tb).arg("2").query(&mut c).unwrap();
+    let n: i64 = redis::cmd("SUNIONSTORE")
+        .arg(format!("{{{u}}}:c"))
+        .arg(&ta)
+        .arg(&tb)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 2);
+    let v: i64 = redis::cmd("EVAL")
+        .arg("return redis.call('SCARD', KEYS[1])")
+        .arg(1)
+        .arg(format!("{{{u}}}:c"))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, 2);
+    // An empty tag is no tag: the whole key is hashed.
+    let _: () = redis::cmd("SET").arg("{}x").arg("1").query(&mut c).unwrap();
+    let mut d = direct(s.cluster.owner("{}x"));
+    let v: String = redis::cmd("GET").arg("{}x").query(&mut d).unwrap();
+    assert_eq!(v, "1");
+}
+
+#[test]
+fn transactions_run_on_the_master_of_their_slot() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let u = unique("tx");
+    let k = format!("{{{u}}}:n");
+    let v: Vec<i64> = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg(&k)
+        .cmd("INCR")
+        .arg(&k)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, vec![1, 2]);
+    // A transaction over two slots is refused as a whole.
+    let r: redis::RedisResult<Vec<i64>> = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg(format!("{u}:a"))
+        .cmd("INCR")
+        .arg(format!("{u}:b"))
+        .query(&mut c);
+    let e = r.unwrap_err().to_string().to_lowercase();
+    assert!(e.contains("execabort") || e.contains("crossslot"), "{e}");
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(format!("{u}:a"))
+        .arg(format!("{u}:b"))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 0, "nothing of the refused transaction ran");
+    // WATCH + MULTI/EXEC on the watched key's master.
+    let _: () = redis::cmd("WATCH").arg(&k).query(&mut c).unwrap();
+    let v: Vec<i64> = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg(&k)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, vec![3]);
+}
+
+#[test]
+fn keys_dbsize_and_scan_cover_every_master() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let u = unique("scan");
+    let keys = spread(&u, 40);
+    for k in &keys {
+        let _: () = redis::cmd("SET").arg(k).arg(1).query(&mut c).unwrap();
+    }
+    let mut listed: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{u}:*"))
+        .query(&mut c)
+        .unwrap();
+    listed.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    let mut scanned = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{u}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut c)
+            .unwrap();
+        scanned.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    scanned.sort();
+    scanned.dedup();
+    assert_eq!(scanned, want);
+    let total: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    let mut sum = 0;
+    for n in &s.cluster.nodes {
+        let mut d = direct(n);
+        let k: i64 = redis::cmd("DBSIZE").query(&mut d).unwrap();
+        sum += k;
+    }
+    assert!(total >= 40 && (total - sum).abs() < 40, "{total} vs {sum}");
+}
+
+#[test]
+fn a_pipeline_across_slots_gets_its_replies_in_order() {
+    let s = setup();
+    let u = unique("pipe");
+    let mut raw = s.proxy.raw();
+    let mut bytes = Vec::new();
+    for i in 0..200 {
+        let k = format!("{u}:{i}");
+        bytes.extend(encode(&[b"SET", k.as_bytes(), i.to_string().as_bytes()]));
+        bytes.extend(encode(&[b"GET", k.as_bytes()]));
+    }
+    raw.send(&bytes);
+    for i in 0..200 {
+        assert_eq!(raw.read(), b"+OK\r\n");
+        let v = i.to_string();
+        assert_eq!(raw.read(), format!("${}\r\n{v}\r\n", v.len()).into_bytes());
+    }
+}
+
+#[test]
+fn auth_applies_on_every_master_the_client_uses() {
+    let s = setup();
+    let user = unique("acl");
+    for n in &s.cluster.nodes {
+        let mut d = direct(n);
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("on")
+            .arg(">pw")
+            .arg("~ro:*")
+            .arg("+@read")
+            .arg("+@connection")
+            .arg("+acl|whoami")
+            .query(&mut d)
+            .unwrap();
+    }
+    let mut c = s.proxy.client();
+    let _: () = redis::cmd("AUTH")
+        .arg(&user)
+        .arg("pw")
+        .query(&mut c)
+        .unwrap();
+    // Whatever master a key lives on, the client acts as its ACL user there.
+    for k in spread(&unique("ro"), 12) {
+        let e = err(&mut c, &["SET", &k, "1"]);
+        assert!(e.starts_with("NOPERM"), "{k}: {e}");
+    }
+    let who: String = redis::cmd("ACL").arg("WHOAMI").query(&mut c).unwrap();
+    assert_eq!(who, user);
+}
+
+#[test]
+fn a_client_that_leaves_while_blocked_leaves_nothing_blocked() {
+    let s = setup();
+    let u = unique("blk");
+    let keys = spread(&u, 6);
+    let mut raw = s.proxy.raw();
+    // Touch every master first, then block on one.
+    for k in &keys {
+        raw.cmd(&[b"GET", k.as_bytes()]);
+        raw.read();
+    }
+    raw.cmd(&[b"BLPOP", keys[0].as_bytes(), b"0"]);
+    let owner = s.cluster.owner(&keys[0]);
+    eventually("the client blocks on its master", || blocked(owner) >= 1);
+    drop(raw);
+    eventually("no client stays blocked", || blocked(owner) == 0);
+}
+
+fn blocked(r: &Redis) -> i64 {
+    let mut d = direct(r);
+    let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+#[test]
+fn a_moved_slot_is_followed() {
+    // A cluster of its own: slots move.
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let mut c = proxy.client();
+    let key = "{moving}:k";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("before")
+        .query(&mut c)
+        .unwrap();
+    let from = cluster.owner(key);
+    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+    let mut dfrom = direct(from);
+    let mut dto = direct(to);
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut dfrom)
+        .unwrap();
+    let to_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut dto).unwrap();
+    let from_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut dfrom).unwrap();
+    // As redis-cli --cluster reshard does: IMPORTING, MIGRATING, MIGRATE, then NODE.
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&from_id)
+        .query(&mut dto)
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&to_id)
+        .query(&mut dfrom)
+        .unwrap();
+    // Mid-move: a new key of the slot goes to the importing side by ASK.
+    let _: () = redis::cmd("SET")
+        .arg("{moving}:new")
+        .arg("during")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(key)
+        .query(&mut dfrom)
+        .unwrap();
+    let v: String = redis::cmd("GET").arg(key).query(&mut c).unwrap();
+    assert_eq!(v, "before", "ASK followed mid-move");
+    for n in &cluster.nodes {
+        let mut d = direct(n);
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&to_id)
+            .query(&mut d)
+            .unwrap();
+    }
+    let v: String = redis::cmd("GET").arg(key).query(&mut c).unwrap();
+    assert_eq!(v, "before", "MOVED followed after the move");
+    let v: String = redis::cmd("GET").arg("{moving}:new").query(&mut c).unwrap();
+    assert_eq!(v, "during");
+    let mut d = direct(to);
+    let v: String = redis::cmd("GET").arg("{moving}:new").query(&mut d).unwrap();
+    assert_eq!(
+        v, "during",
+        "the write made mid-move landed on the new owner, once"
+    );
+    let mut d = direct(from);
+    let n: i64 = redis::cmd("DBSIZE").query(&mut d).unwrap();
+    assert_eq!(n, 0);
+    let _ = std::io::stdout().flush();
+    let _ = Duration::from_secs(0);
+    let _ = Value::Nil;
+}
