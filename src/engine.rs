@@ -59,7 +59,8 @@ impl Engine {
         let embedder = tokio::task::spawn_blocking(move || Embedder::start(&c))
             .await
             .map_err(|e| StartError::Upstream(e.to_string()))??;
-        let store = Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
+        let mut store =
+            Store::new(cfg.clone(), embedder.info().dim).map_err(StartError::Upstream)?;
         let metrics = crate::metrics::Metrics::new();
         embedder.observe_batches(metrics.batch_size.clone());
         match embedder.embed(crate::store::PROBE).await {
@@ -70,6 +71,9 @@ impl Engine {
             Err(e) => tracing::warn!(error = %e, "could not read the model's identity"),
         }
         let cluster = Self::cluster(&cfg, &upstream).await?;
+        if let Some(c) = &cluster {
+            store.set_cluster(c.clone());
+        }
         Ok(Engine {
             cfg,
             upstream,
@@ -118,7 +122,7 @@ impl Engine {
     pub fn mem_slot(&self, args: &[Vec<u8>]) -> Option<u16> {
         self.cluster.as_ref()?;
         let cmd = mem::Command::parse(args.to_vec(), &self.cfg).ok()?;
-        cmd.slot_key()
+        cmd.slot_key(&self.store.keys)
             .map(|k| crate::cluster::slot::slot(k.as_bytes()))
     }
 

@@ -48,7 +48,7 @@ pub async fn export(engine: &Engine, sel: &Selection, out: &mut impl Write) -> M
         kind: sel.kind,
         thread: None,
     });
-    let mut pages = ScopeKeys::new(store, scope.as_ref());
+    let mut pages = ScopeKeys::new(&store.keys, scope.as_ref());
     let model = &engine.embedder.info().name;
     let mut n = 0;
     while let Some(keys) = pages.next(&mut link).await? {

@@ -39,7 +39,7 @@ pub async fn reembed(
                 .unwrap_or(0),
             Err(e) => return Err(e),
         };
-    let mut pages = ScopeKeys::new(store, None);
+    let mut pages = ScopeKeys::new(&store.keys, None);
     let mut done = Reembedded::default();
     while let Some(keys) = pages.next(&mut link).await? {
         let memories = store.read_memories(&mut link, &keys).await?;

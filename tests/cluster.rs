@@ -367,9 +367,205 @@ fn a_moved_slot_is_followed() {
         "the write made mid-move landed on the new owner, once"
     );
     let mut d = direct(from);
-    let n: i64 = redis::cmd("DBSIZE").query(&mut d).unwrap();
-    assert_eq!(n, 0);
+    let n: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut d)
+        .unwrap();
+    assert_eq!(n, 0, "nothing of the slot stays on the old owner");
     let _ = std::io::stdout().flush();
     let _ = Duration::from_secs(0);
     let _ = Value::Nil;
+}
+
+/// Users whose data lands on every master (by their hash tag).
+fn users_on_every_master(s: &Setup, prefix: &str) -> Vec<String> {
+    let mut seen = std::collections::HashMap::new();
+    for i in 0..200 {
+        let u = format!("{prefix}-{i}");
+        seen.entry(s.cluster.owner(&format!("{{{u}}}")).port)
+            .or_insert(u);
+        if seen.len() == 3 {
+            break;
+        }
+    }
+    seen.into_values().collect()
+}
+
+#[test]
+fn memories_live_on_their_users_master_and_recall_finds_them() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(s, &unique("mu"));
+    assert_eq!(users.len(), 3);
+    let mut ids = Vec::new();
+    for u in &users {
+        let r = q(
+            &mut c,
+            &[
+                "MEM.REMEMBER",
+                &format!("{u} keeps a sourdough starter called Bubbles"),
+                "USER",
+                u,
+                "KIND",
+                "semantic",
+            ],
+        );
+        let id = as_str(get(&r, "id"));
+        assert!(id.starts_with(&format!("{{{u}}}:")), "{id}");
+        // The document is on the master of the user's slot, under the guide's prefix.
+        let mut d = direct(s.cluster.owner(&format!("{{{u}}}")));
+        let doc: String = redis::cmd("JSON.GET")
+            .arg(format!("agent:mem:{id}"))
+            .arg("$.user")
+            .query(&mut d)
+            .unwrap();
+        assert_eq!(doc, format!("[\"{u}\"]"));
+        ids.push(id);
+    }
+    for (u, id) in users.iter().zip(&ids) {
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "what is the name of my bread starter?",
+                "USER",
+                u,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "0.9",
+            ],
+        );
+        let found: Vec<String> = items(&hits).iter().map(|h| as_str(get(h, "id"))).collect();
+        assert_eq!(
+            found,
+            vec![id.clone()],
+            "{u} finds its memory and only its own"
+        );
+        let auto = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "what is the name of my bread starter?",
+                "USER",
+                u,
+            ],
+        );
+        assert!(items(&auto).len() <= 1);
+    }
+    // Dedup runs on the user's master: the same text again is the same memory.
+    let again = q(
+        &mut c,
+        &[
+            "MEM.REMEMBER",
+            &format!("{} keeps a sourdough starter called Bubbles", users[0]),
+            "USER",
+            &users[0],
+            "KIND",
+            "semantic",
+        ],
+    );
+    assert_eq!(as_str(get(&again, "id")), ids[0]);
+    assert_eq!(as_i64(get(&again, "deduped")), 1);
+    // LIST, FORGET by id (the id routes to its master), FORGET a whole scope.
+    let listed = q(&mut c, &["MEM.LIST", "USER", &users[1]]);
+    assert_eq!(items(&listed).len(), 1);
+    assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &ids[1]])), 1);
+    assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", &users[1]])).len(), 0);
+    assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", "USER", &users[2]])), 1);
+    // MEM.INFO counts every master's index.
+    let info = q(&mut c, &["MEM.INFO"]);
+    assert!(as_i64(get(&info, "num_docs")) >= 1);
+    // Every master has an index of its own, named for a slot it serves.
+    for n in &s.cluster.nodes {
+        let mut d = direct(n);
+        let list: Vec<String> = redis::cmd("FT._LIST").query(&mut d).unwrap();
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert!(list[0].starts_with("agentmem:idx{"), "{list:?}");
+    }
+}
+
+#[test]
+fn a_turn_and_its_session_live_with_the_user() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(s, &unique("tu"));
+    for u in &users {
+        let t = format!("thread-{u}");
+        q(
+            &mut c,
+            &["MEM.REMEMBER", "The user is allergic to peanuts", "USER", u],
+        );
+        let out = q(
+            &mut c,
+            &[
+                "MEM.TURN",
+                &t,
+                "user",
+                "Can I eat satay sauce?",
+                "USER",
+                u,
+                "REMEMBER",
+                "EPISODIC",
+            ],
+        );
+        assert_eq!(as_i64(get(&out, "turn_count")), 1);
+        let session = q(&mut c, &["MEM.SESSION", "GET", &t, "USER", u]);
+        assert_eq!(as_str(get(&session, "user")), *u);
+        assert_eq!(as_i64(get(&session, "turn_count")), 1);
+        let events = q(&mut c, &["MEM.EVENTS", &t, "USER", u]);
+        assert!(!items(&events).is_empty());
+        // The session hash carries the user's tag, on the user's master.
+        let mut d = direct(s.cluster.owner(&format!("{{{u}}}")));
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(format!("agent:session:{{{u}}}:{t}"))
+            .query(&mut d)
+            .unwrap();
+        assert_eq!(n, 1);
+        // Without USER a thread cannot be found in cluster mode: one clear error.
+        let e = err(&mut c, &["MEM.SESSION", "GET", &t]);
+        assert!(e.contains("USER"), "{e}");
+        // Another user's name does not open it.
+        let other = q(&mut c, &["MEM.SESSION", "GET", &t, "USER", "mallory"]);
+        assert_eq!(other, Value::Nil);
+    }
+}
+
+#[test]
+fn hostile_user_names_keep_their_data_together() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    for u in ["{", "}", "a}b", "{x}", "{}", "~61", "~", "with space"] {
+        let r = q(
+            &mut c,
+            &[
+                "MEM.REMEMBER",
+                "The user likes green tea",
+                "USER",
+                u,
+                "NODEDUP",
+            ],
+        );
+        let id = as_str(get(&r, "id"));
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "green tea",
+                "USER",
+                u,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "1",
+            ],
+        );
+        let found: Vec<String> = items(&hits).iter().map(|h| as_str(get(h, "id"))).collect();
+        assert!(found.contains(&id), "{u:?}: {found:?}");
+        for h in items(&hits) {
+            assert_eq!(as_str(get(h, "user")), u);
+        }
+        assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &id])), 1, "{u:?}");
+    }
 }

@@ -106,15 +106,16 @@ impl Command {
             Command::Forget(forget::Forget::Scope(s)) => Some(&s.user),
             Command::Consolidate(c) => Some(&c.scope.user),
             Command::Session(c) => c.user(),
+            Command::Events(c) => c.user.as_deref(),
             _ => None,
         }
     }
 
     /// In cluster mode, a key in the slot of the data the command touches: its user's tag, or
     /// the memory id it names (ids carry their user's tag there).
-    pub fn slot_key(&self) -> Option<String> {
+    pub fn slot_key(&self, keys: &crate::store::keyspace::Keyspace) -> Option<String> {
         match self {
-            Command::Forget(forget::Forget::Id(id)) => Some(id.clone()),
+            Command::Forget(forget::Forget::Id(id)) => Some(keys.memory(id)),
             _ => self
                 .scope_user()
                 .map(|u| format!("{{{}}}", crate::cluster::slot::user_tag(u))),
@@ -123,7 +124,7 @@ impl Command {
 
     /// Whether the verb runs in cluster mode (on its user's master).
     pub fn cluster_ready(&self) -> bool {
-        false
+        true
     }
 
     /// Whether the command reads or writes memproxy's data (and so needs database 0).

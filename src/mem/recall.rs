@@ -111,7 +111,7 @@ impl RecallCmd {
         let vector = match mode {
             Retrieval::Keyword => None,
             _ => {
-                let rights = engine.store.keys.rights_read();
+                let rights = engine.store.site(link).keys.rights_read();
                 match embed(
                     engine,
                     link,

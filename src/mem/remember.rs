@@ -122,10 +122,12 @@ impl Remember {
             Dedup::At(d) => Some(d),
             Dedup::Off => None,
         };
+        let keys = &engine.store.keys;
         let rights = engine
             .store
+            .site(link)
             .keys
-            .rights_remember(&engine.store.keys.memory("0"));
+            .rights_remember(&keys.memory(&keys.new_memory_id(&self.scope.user)));
         let vector = embed(engine, link, &self.text, Precheck::Rights(&rights)).await?;
         let windows = windows(engine, &self.text).await?;
         let m = NewMemory {

@@ -10,9 +10,14 @@ use crate::upstream::Link;
 /// `MEM.SESSION START thread [USER u] [AGENT a] [GOAL g] [TTL s]` → map `thread, created, event`
 /// (TTL: this session's own TTL, refreshed by each of its writes; default `session_ttl_seconds`);
 /// `MEM.SESSION NEW [USER u] [AGENT a] [GOAL g]` → the same, for a fresh thread id;
-/// `MEM.SESSION GET thread` → the session's fields, `recent_turns` (array of maps) and `ttl`, or nil;
-/// `MEM.SESSION SCRATCHPAD thread text` / `GOAL thread text` → OK (error when there is no session);
-/// `MEM.SESSION END thread` → 1 if the session existed (its event stream goes too), else 0.
+/// `MEM.SESSION GET thread [USER u]` → the session's fields, `recent_turns` (array of maps) and
+/// `ttl`, or nil;
+/// `MEM.SESSION SCRATCHPAD thread text [USER u]` / `GOAL thread text [USER u]` → OK (error when
+/// there is no session);
+/// `MEM.SESSION END thread [USER u]` → 1 if the session existed (its event stream goes too), else 0.
+///
+/// USER names the thread's user: a session of another user is refused. In cluster mode it is
+/// required (a thread's keys carry its user's hash tag).
 pub enum SessionCmd {
     Start {
         thread: String,
@@ -21,13 +26,14 @@ pub enum SessionCmd {
         goal: String,
         ttl: Option<u64>,
     },
-    Get(String),
+    Get(String, Option<String>),
     Set {
         thread: String,
         field: &'static str,
         value: String,
+        user: Option<String>,
     },
-    End(String),
+    End(String, Option<String>),
 }
 
 impl SessionCmd {
@@ -58,21 +64,22 @@ impl SessionCmd {
             }
             "GET" | "END" => {
                 let thread = a.name("thread")?;
-                a.at_end()?;
+                let user = a.options(&[Opt("USER", 1)])?.str("USER").map(String::from);
                 if sub == "GET" {
-                    SessionCmd::Get(thread)
+                    SessionCmd::Get(thread, user)
                 } else {
-                    SessionCmd::End(thread)
+                    SessionCmd::End(thread, user)
                 }
             }
             "SCRATCHPAD" | "GOAL" => {
                 let thread = a.name("thread")?;
                 let value = a.text(&sub.to_lowercase())?;
-                a.at_end()?;
+                let user = a.options(&[Opt("USER", 1)])?.str("USER").map(String::from);
                 SessionCmd::Set {
                     thread,
                     field: if sub == "GOAL" { "goal" } else { "scratchpad" },
                     value,
+                    user,
                 }
             }
             other => {
@@ -86,13 +93,22 @@ impl SessionCmd {
     pub fn user(&self) -> Option<&str> {
         match self {
             SessionCmd::Start { user, .. } => Some(user),
-            _ => None,
+            SessionCmd::Get(_, user) | SessionCmd::End(_, user) | SessionCmd::Set { user, .. } => {
+                user.as_deref()
+            }
         }
     }
 
     /// `owner`: the ACL user the thread must belong to ('' when unbound).
     pub async fn apply(self, engine: &Engine, link: &mut Link, owner: &str) -> MemResult<Reply> {
         let store = &engine.store;
+        let named = self.user().unwrap_or_default().to_string();
+        let owner = match &self {
+            SessionCmd::Start { .. } => owner.to_string(),
+            _ => thread_owner(engine, owner, self.user())?,
+        };
+        let owner = owner.as_str();
+        let user = named.as_str();
         match self {
             SessionCmd::Start {
                 thread,
@@ -110,8 +126,8 @@ impl SessionCmd {
                     ("event", Reply::text(event)),
                 ]))
             }
-            SessionCmd::Get(thread) => {
-                let Some(s) = store.session_get(link, &thread, owner).await? else {
+            SessionCmd::Get(thread, _) => {
+                let Some(s) = store.session_get(link, user, &thread, owner).await? else {
                     return Ok(Reply::Nil);
                 };
                 let mut fields: Vec<(&'static str, Reply)> = Vec::new();
@@ -161,6 +177,7 @@ impl SessionCmd {
                 thread,
                 field,
                 value,
+                ..
             } => {
                 let action = if field == "goal" {
                     "goal_set"
@@ -168,7 +185,7 @@ impl SessionCmd {
                     "scratchpad_set"
                 };
                 match store
-                    .session_set(link, &thread, field, &value, action, owner)
+                    .session_set(link, user, &thread, field, &value, action, owner)
                     .await?
                 {
                     Some(_) => Ok(Reply::Status("OK")),
@@ -177,9 +194,25 @@ impl SessionCmd {
                     ))),
                 }
             }
-            SessionCmd::End(thread) => Ok(Reply::Int(
-                store.session_end(link, &thread, owner).await? as i64,
+            SessionCmd::End(thread, _) => Ok(Reply::Int(
+                store.session_end(link, user, &thread, owner).await? as i64,
             )),
         }
     }
+}
+
+/// The user a thread must belong to: the connection's bound user, else the verb's USER (a START
+/// names the user it creates for, so it checks nothing here). In cluster mode a verb on an
+/// existing thread must name its user.
+pub fn thread_owner(engine: &Engine, owner: &str, named: Option<&str>) -> MemResult<String> {
+    if engine.store.cluster().is_some() && named.is_none() {
+        return Err(crate::error::MemError::client(
+            "in cluster mode a thread is found by its user: add USER u (its keys carry the user's hash tag)",
+        ));
+    }
+    Ok(if owner.is_empty() {
+        named.unwrap_or_default().to_string()
+    } else {
+        owner.to_string()
+    })
 }

@@ -73,7 +73,12 @@ impl TurnCmd {
     pub async fn apply(self, engine: &Engine, link: &mut Link, owner: &str) -> MemResult<Reply> {
         let cfg = engine.config();
         let keys = &engine.store.keys;
-        let rights = keys.rights_turn(&self.thread, &keys.memory("0"));
+        let user = &self.scope.user;
+        let rights = engine.store.site(link).keys.rights_turn(
+            user,
+            &self.thread,
+            &keys.memory(&keys.new_memory_id(user)),
+        );
         let vector = embed(engine, link, &self.content, Precheck::Rights(&rights)).await?;
         let windows = match self.remember {
             Some(_) => windows(engine, &self.content).await?,

@@ -78,6 +78,7 @@ impl Store {
     ) -> MemResult<Vec<Merge>> {
         indexed!(
             self,
+            link,
             self.consolidate_once(link, scope, threshold, dry_run, pace)
                 .await
         )
@@ -101,6 +102,7 @@ impl Store {
             self.precheck(link, &self.keys.rights_consolidate(&self.keys.memory("0")))
                 .await?;
         }
+        let site = self.site(link);
         let members = self.members(link, scope).await?;
         let index: HashMap<&str, usize> = members
             .iter()
@@ -122,7 +124,7 @@ impl Store {
                         kind: Kind::parse(&m.kind),
                         thread: None,
                     };
-                    self.keys.knn_brief_batches(&exact, NEIGHBOURS, &m.vector)
+                    site.keys.knn_brief_batches(&exact, NEIGHBOURS, &m.vector)
                 })
                 .collect();
             let started = std::time::Instant::now();
@@ -196,7 +198,7 @@ impl Store {
 
     /// The scope's memories with their vectors (exact user; namespace and kind as the scope).
     async fn members(&self, link: &mut Link, scope: &Scope) -> MemResult<Vec<Member>> {
-        let mut pages = ScopeKeys::new(self, Some(scope));
+        let mut pages = ScopeKeys::new(&self.site(link).keys, Some(scope));
         let mut members = Vec::new();
         while let Some(keys) = pages.next(link).await? {
             for m in self.read_memories(link, &keys).await? {

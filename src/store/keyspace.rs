@@ -126,6 +126,9 @@ pub struct Keyspace {
     pub mem_prefix: String,
     pub session_prefix: String,
     pub event_prefix: String,
+    /// Cluster mode: memory ids, session and event keys carry their user's hash tag
+    /// (`agent:mem:{alice}:<id>`), so that all of a user's data shares one slot.
+    pub tagged: bool,
 }
 
 impl Keyspace {
@@ -139,6 +142,26 @@ impl Keyspace {
             mem_prefix: cfg.mem_key_prefix.clone(),
             session_prefix: cfg.session_key_prefix.clone(),
             event_prefix: cfg.event_key_prefix.clone(),
+            tagged: false,
+        }
+    }
+
+    /// A fresh memory id for `user`: 12 hex digits, after `{<user's tag>}:` in cluster mode.
+    pub fn new_memory_id(&self, user: &str) -> String {
+        if self.tagged {
+            format!("{{{}}}:{}", crate::cluster::slot::user_tag(user), new_id())
+        } else {
+            new_id()
+        }
+    }
+
+    /// `thread` as it appears in session and event keys: `{<user's tag>}:thread` in cluster
+    /// mode, the thread itself on one Redis.
+    fn thread_part(&self, user: &str, thread: &str) -> String {
+        if self.tagged {
+            format!("{{{}}}:{thread}", crate::cluster::slot::user_tag(user))
+        } else {
+            thread.to_string()
         }
     }
 
@@ -151,8 +174,9 @@ impl Keyspace {
         key.strip_prefix(self.mem_prefix.as_str()).unwrap_or(key)
     }
 
-    pub fn session(&self, thread: &str) -> String {
-        format!("{}{thread}", self.session_prefix)
+    /// A thread's session hash (`user` matters only in cluster mode).
+    pub fn session(&self, user: &str, thread: &str) -> String {
+        format!("{}{}", self.session_prefix, self.thread_part(user, thread))
     }
 
     /// The index's model stamp (a hash beside the index, outside the memory prefix).
@@ -160,8 +184,9 @@ impl Keyspace {
         format!("{}:model", self.index)
     }
 
-    pub fn events(&self, thread: &str) -> String {
-        format!("{}{thread}", self.event_prefix)
+    /// A thread's event stream (`user` matters only in cluster mode).
+    pub fn events(&self, user: &str, thread: &str) -> String {
+        format!("{}{}", self.event_prefix, self.thread_part(user, thread))
     }
 
     fn spec(&self, query: String, tail: &[&str]) -> Spec {
@@ -387,8 +412,8 @@ impl Keyspace {
     }
 
     /// Write a thread's session hash and event stream (and delete them).
-    pub fn rights_session(&self, thread: &str) -> Vec<Spec> {
-        let (s, e) = (self.session(thread), self.events(thread));
+    pub fn rights_session(&self, user: &str, thread: &str) -> Vec<Spec> {
+        let (s, e) = (self.session(user, thread), self.events(user, thread));
         vec![
             cmd(&["HSET", &s, "f", "v"]),
             cmd(&["HINCRBY", &s, "f", "1"]),
@@ -402,9 +427,9 @@ impl Keyspace {
     }
 
     /// A whole turn: recall, remember, session and event.
-    pub fn rights_turn(&self, thread: &str, key: &str) -> Vec<Spec> {
+    pub fn rights_turn(&self, user: &str, thread: &str, key: &str) -> Vec<Spec> {
         let mut r = self.rights_remember(key);
-        r.extend(self.rights_session(thread));
+        r.extend(self.rights_session(user, thread));
         r
     }
 
@@ -489,6 +514,7 @@ mod tests {
             mem_prefix: "m:".into(),
             session_prefix: "s:".into(),
             event_prefix: "e:".into(),
+            tagged: false,
         };
         let s = Scope {
             user: "u".into(),

@@ -3,10 +3,10 @@
 use redis::Value;
 use serde_json::json;
 
-use super::keyspace::{cmd, new_id, Kind, Scope, Spec};
+use super::keyspace::{cmd, Keyspace, Kind, Scope, Spec};
 use super::scripts::{ok, push_spec};
 use super::value::{array, field, flat, float, int, text, ttl_from_pttl};
-use super::{now_ts, Store};
+use super::{now_ts, Site, Store};
 use crate::error::{MemError, MemResult};
 use crate::upstream::Link;
 
@@ -57,28 +57,87 @@ fn cursor_page(reply: &Value) -> (Vec<String>, i64) {
 
 /// The keys of a scope's memories, a page at a time: plain FT.AGGREGATE … WITHCURSOR, then
 /// FT.CURSOR READ, on the client's own connection (so with the client's rights).
+///
+/// In cluster mode RediSearch (without its coordinator) cannot load documents, `__key`
+/// included: the keys are read with FT.SEARCH … NOCONTENT, all of them before the first page is
+/// handed out (the caller may delete as it goes, which would shift later offsets).
 pub(crate) struct ScopeKeys {
     index: String,
     query: String,
     cursor: Option<i64>,
+    /// Cluster mode: the keys read so far, handed out a page at a time.
+    listed: Option<std::collections::VecDeque<String>>,
+    cluster: bool,
 }
 
 impl ScopeKeys {
     /// The keys of `scope`'s memories; `None`: every memory in the index.
-    pub(crate) fn new(store: &Store, scope: Option<&Scope>) -> ScopeKeys {
+    pub(crate) fn new(keys: &Keyspace, scope: Option<&Scope>) -> ScopeKeys {
         let (index, query) = match scope {
-            Some(s) => store.keys.scope_query(s),
-            None => (store.keys.index.clone(), "*".to_string()),
+            Some(s) => keys.scope_query(s),
+            None => (keys.index.clone(), "*".to_string()),
         };
         ScopeKeys {
             index,
             query,
             cursor: None,
+            listed: None,
+            cluster: keys.tagged,
+        }
+    }
+
+    /// Cluster mode: every key of the query, by FT.SEARCH NOCONTENT pages.
+    async fn list_all(&self, link: &mut Link) -> MemResult<std::collections::VecDeque<String>> {
+        let mut all = std::collections::VecDeque::new();
+        let page = 1000;
+        let mut offset = 0usize;
+        loop {
+            let reply = ok(link
+                .call1(cmd(&[
+                    "FT.SEARCH",
+                    &self.index,
+                    &self.query,
+                    "NOCONTENT",
+                    "LIMIT",
+                    &offset.to_string(),
+                    &page.to_string(),
+                    "DIALECT",
+                    "2",
+                ]))
+                .await?)?;
+            let keys: Vec<String> = match &reply {
+                Value::Map(_) => field(&flat(&reply), "results")
+                    .map(|r| {
+                        array(r)
+                            .iter()
+                            .filter_map(|row| field(&flat(row), "id").and_then(text))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                _ => array(&reply).iter().skip(1).filter_map(text).collect(),
+            };
+            let n = keys.len();
+            all.extend(keys);
+            if n < page || offset + page >= 1_000_000 {
+                return Ok(all);
+            }
+            offset += page;
         }
     }
 
     /// The next page of keys; `None` when the cursor is done.
     pub(crate) async fn next(&mut self, link: &mut Link) -> MemResult<Option<Vec<String>>> {
+        if self.cluster {
+            if self.listed.is_none() {
+                self.listed = Some(self.list_all(link).await?);
+            }
+            let listed = self.listed.as_mut().expect("just listed");
+            if listed.is_empty() {
+                return Ok(None);
+            }
+            let n = listed.len().min(FORGET_PAGE);
+            return Ok(Some(listed.drain(..n).collect()));
+        }
         let page = FORGET_PAGE.to_string();
         let request = match self.cursor {
             Some(0) => return Ok(None),
@@ -252,18 +311,24 @@ impl Store {
     }
 
     /// The scope a dedup check looks in: same user, namespace and kind (any thread).
-    pub(crate) fn dedup_spec(&self, m: &NewMemory<'_>, vector: &[f32]) -> Spec {
+    pub(crate) fn dedup_spec(&self, keys: &Keyspace, m: &NewMemory<'_>, vector: &[f32]) -> Spec {
         let scope = Scope {
             kind: Some(m.kind),
             thread: None,
             ..m.scope.clone()
         };
-        self.keys.nearest(&scope, vector)
+        keys.nearest(&scope, vector)
     }
 
     /// The script arguments of a remember after the doc: ttl, threshold, exact scope, what a
     /// dedup adds to the hit count, then the dedup spec when deduping.
-    pub(crate) fn remember_args(&self, m: &NewMemory<'_>, vector: &[f32], args: &mut Vec<Vec<u8>>) {
+    pub(crate) fn remember_args(
+        &self,
+        keys: &Keyspace,
+        m: &NewMemory<'_>,
+        vector: &[f32],
+        args: &mut Vec<Vec<u8>>,
+    ) {
         args.push(m.ttl.unwrap_or(0).to_string().into_bytes());
         args.push(m.dedup.unwrap_or(-1.0).to_string().into_bytes());
         args.push(m.scope.user.clone().into_bytes());
@@ -271,7 +336,7 @@ impl Store {
         args.push(m.kind.as_str().as_bytes().to_vec());
         args.push((1 + m.hits.unwrap_or(0)).to_string().into_bytes());
         if m.dedup.is_some() {
-            push_spec(args, &self.dedup_spec(m, vector));
+            push_spec(args, &self.dedup_spec(keys, m, vector));
         }
     }
 
@@ -281,7 +346,7 @@ impl Store {
         m: &NewMemory<'_>,
         vector: &[f32],
     ) -> MemResult<Remembered> {
-        indexed!(self, self.remember_once(link, m, vector).await)
+        indexed!(self, link, self.remember_once(link, m, vector).await)
     }
 
     async fn remember_once(
@@ -290,18 +355,19 @@ impl Store {
         m: &NewMemory<'_>,
         vector: &[f32],
     ) -> MemResult<Remembered> {
+        let site = self.site(link);
         for _ in 0..ID_TRIES {
-            let id = new_id();
+            let id = self.keys.new_memory_id(&m.scope.user);
             let key = self.keys.memory(&id);
             let mut args = vec![self.memory_doc(&id, m, vector).into_bytes()];
-            self.remember_args(m, vector, &mut args);
+            self.remember_args(&site.keys, m, vector, &mut args);
             let v = self
                 .scripts
                 .remember
                 .run(
                     link,
                     std::slice::from_ref(&key),
-                    &self.keys.rights_remember(&key),
+                    &site.keys.rights_remember(&key),
                     args,
                 )
                 .await?;
@@ -332,35 +398,33 @@ impl Store {
     }
 
     /// The searches a recall needs: (retrieval, spec) for each side.
-    pub(crate) fn recall_specs(&self, r: &Recall<'_>) -> Vec<(Retrieval, Spec)> {
+    pub(crate) fn recall_specs(&self, site: &Site, r: &Recall<'_>) -> Vec<(Retrieval, Spec)> {
+        let keys = &site.keys;
         let mut specs = Vec::new();
         let large = self.scope_size_known(r.scope);
         if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
-            specs.push((
-                Retrieval::Vector,
-                self.keys.knn(r.scope, r.k, r.vector, large),
-            ));
+            specs.push((Retrieval::Vector, keys.knn(r.scope, r.k, r.vector, large)));
         }
         if r.mode == Retrieval::Auto {
             // The candidates, and keyword evidence about as many of the scope's memories.
             let c = r.k.max(self.config().recall_candidates);
-            specs.push((Retrieval::Auto, self.keys.knn(r.scope, c, r.vector, large)));
+            specs.push((Retrieval::Auto, keys.knn(r.scope, c, r.vector, large)));
             // Long texts' later windows, where the index has them: candidates by any part.
-            if self.windows_indexed() {
+            if site.windows_indexed() {
                 specs.push((
                     Retrieval::Windows,
-                    self.keys.knn_windows(r.scope, c, r.vector, large),
+                    keys.knn_windows(r.scope, c, r.vector, large),
                 ));
             }
             // Keyword evidence only where it counts (a weight of 0 leaves it out).
             if self.config().recall_keyword_weight > 0.0 {
-                if let Some(s) = self.keys.keyword(r.scope, r.text, c) {
+                if let Some(s) = keys.keyword(r.scope, r.text, c) {
                     specs.push((Retrieval::Keyword, s));
                 }
             }
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
-            if let Some(s) = self.keys.keyword(r.scope, r.text, r.k) {
+            if let Some(s) = keys.keyword(r.scope, r.text, r.k) {
                 specs.push((Retrieval::Keyword, s));
             }
         }
@@ -368,11 +432,11 @@ impl Store {
     }
 
     pub async fn recall(&self, link: &mut Link, r: &Recall<'_>) -> MemResult<Vec<Hit>> {
-        let specs = self.recall_specs(r);
+        let specs = self.recall_specs(&self.site(link), r);
         if specs.is_empty() {
             return Ok(Vec::new());
         }
-        indexed!(self, self.recall_once(link, r, &specs).await)
+        indexed!(self, link, self.recall_once(link, r, &specs).await)
     }
 
     async fn recall_once(
@@ -383,7 +447,7 @@ impl Store {
     ) -> MemResult<Vec<Hit>> {
         let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
         let results = self.search(link, &sides).await?;
-        self.fuse(r, specs, &results)
+        self.fuse(&self.site(link), r, specs, &results)
     }
 
     /// What an `adaptive` count found for `scope` within the last [`SCOPE_SIZE_TTL`]: more
@@ -415,6 +479,7 @@ impl Store {
     /// reciprocal rank fusion. In hybrid mode a failed vector side leaves the keyword side.
     pub(crate) fn fuse(
         &self,
+        site: &Site,
         r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
         results: &[Value],
@@ -449,9 +514,9 @@ impl Store {
                     // The index lost its windows field (recreated by other code): first windows
                     // only until the index is checked again.
                     tracing::warn!(error = %e, "auto recall: the windows search failed, ranking first windows only");
-                    self.windows
+                    site.windows
                         .store(false, std::sync::atomic::Ordering::Relaxed);
-                    self.index_lost();
+                    site.index_lost();
                 }
                 (_, Err(e)) => return Err(e),
                 (Retrieval::Auto | Retrieval::Windows, Ok(hits)) => {
@@ -671,11 +736,11 @@ impl Store {
     /// [`FORGET_STEP`] (timed by the proxy: a script's clock is frozen). Returns how many were
     /// deleted; safe to run again after an interruption.
     pub async fn forget_scope(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
-        indexed!(self, self.forget_pages(link, scope).await)
+        indexed!(self, link, self.forget_pages(link, scope).await)
     }
 
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
-        let mut pages = ScopeKeys::new(self, Some(scope));
+        let mut pages = ScopeKeys::new(&self.site(link).keys, Some(scope));
         let mut deleted = 0i64;
         let mut step = 4usize;
         while let Some(keys) = pages.next(link).await? {
@@ -774,8 +839,8 @@ impl Store {
         offset: usize,
         count: usize,
     ) -> MemResult<Vec<Hit>> {
-        let spec = self.keys.list(scope, offset, count);
-        let mut hits = indexed!(self, self.list_once(link, scope, &spec).await)?;
+        let spec = self.site(link).keys.list(scope, offset, count);
+        let mut hits = indexed!(self, link, self.list_once(link, scope, &spec).await)?;
         for h in &mut hits {
             h.score = None;
         }
@@ -793,18 +858,43 @@ impl Store {
 
     /// (num_docs, indexing failures) of the index.
     pub async fn index_stats(&self, link: &mut Link) -> MemResult<(i64, i64)> {
-        let cmd = vec![b"FT.INFO".to_vec(), self.keys.index.clone().into_bytes()];
-        let info = indexed!(self, ok(link.call1(cmd.clone()).await?))?;
-        let info = flat(&info);
-        let docs = field(&info, "num_docs").and_then(int).unwrap_or(0);
-        let failures = field(&info, "hash_indexing_failures")
-            .and_then(int)
-            .or_else(|| {
-                field(&info, "Index Errors")
-                    .map(flat)
-                    .and_then(|e| field(&e, "indexing failures").and_then(int))
-            })
-            .unwrap_or(0);
+        if self.cluster().is_some() {
+            return self.cluster_stats().await;
+        }
+        let cmd = vec![
+            b"FT.INFO".to_vec(),
+            self.site(link).keys.index.clone().into_bytes(),
+        ];
+        let info = indexed!(self, link, ok(link.call1(cmd.clone()).await?))?;
+        Ok(index_counts(&info))
+    }
+
+    /// Cluster mode: the sums over every master's index (read on memproxy's own connections:
+    /// the client's connection reaches one master).
+    async fn cluster_stats(&self) -> MemResult<(i64, i64)> {
+        let (mut docs, mut failures) = (0, 0);
+        for site in self.all_sites() {
+            self.ready_at(&site).await?;
+            let info = ok(self.admin1(&site, &["FT.INFO", &site.keys.index]).await?)?;
+            let (d, f) = index_counts(&info);
+            docs += d;
+            failures += f;
+        }
         Ok((docs, failures))
     }
+}
+
+/// (documents, indexing failures) of an FT.INFO reply.
+fn index_counts(info: &Value) -> (i64, i64) {
+    let info = flat(info);
+    let docs = field(&info, "num_docs").and_then(int).unwrap_or(0);
+    let failures = field(&info, "hash_indexing_failures")
+        .and_then(int)
+        .or_else(|| {
+            field(&info, "Index Errors")
+                .map(flat)
+                .and_then(|e| field(&e, "indexing failures").and_then(int))
+        })
+        .unwrap_or(0);
+    (docs, failures)
 }

@@ -17,13 +17,14 @@
 /// Run an operation (an expression that awaits) with the index in place; if the index vanished
 /// meanwhile (FLUSHALL, FT.DROPINDEX …), create it again and run the operation once more.
 macro_rules! indexed {
-    ($store:expr, $op:expr) => {{
-        $store.ready().await?;
+    ($store:expr, $link:expr, $op:expr) => {{
+        let site = $store.site($link);
+        $store.ready_at(&site).await?;
         match $op {
             Err(e) if e.is_missing_index() => {
-                tracing::info!(index = %$store.keys.index, "the index is gone; creating it again");
-                $store.index_lost();
-                $store.ready().await?;
+                tracing::info!(index = %site.keys.index, "the index is gone; creating it again");
+                site.index_lost();
+                $store.ready_at(&site).await?;
                 $op
             }
             other => other,
@@ -62,20 +63,56 @@ enum IndexState {
     Broken(MemError, Instant),
 }
 
-pub struct Store {
-    cfg: Arc<Config>,
-    pub keys: Keyspace,
-    dim: usize,
-    scripts: Scripts,
+/// One upstream the store keeps an index on: the Redis (single mode), or one master of a
+/// cluster (its own index, under a name that hashes to a slot it serves).
+pub struct Site {
+    pub keys: Arc<Keyspace>,
     upstream: UpstreamAddr,
-    /// memproxy's own connection, for index management only.
+    /// memproxy's own connection to it, for index management only.
     conn: tokio::sync::Mutex<Option<Link>>,
     index: std::sync::Mutex<IndexState>,
     /// The index has the `windows` field (long texts' later windows): `MODE auto` also searches it.
     windows: std::sync::atomic::AtomicBool,
     /// Held by the one request that checks the index; the others wait for it only when there is
-    /// no usable answer yet (see [`Store::ready`]).
+    /// no usable answer yet (see [`Store::ready_at`]).
     checking: tokio::sync::Mutex<()>,
+}
+
+impl Site {
+    fn new(keys: Arc<Keyspace>, upstream: UpstreamAddr) -> Site {
+        Site {
+            keys,
+            upstream,
+            conn: tokio::sync::Mutex::new(None),
+            index: std::sync::Mutex::new(IndexState::Unchecked),
+            windows: std::sync::atomic::AtomicBool::new(false),
+            checking: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The index was found missing by an operation: check (and create) it again.
+    pub fn index_lost(&self) {
+        *self.index.lock().expect("index lock") = IndexState::Unchecked;
+    }
+
+    /// Does the index have the optional `windows` field (as of its last check)?
+    pub fn windows_indexed(&self) -> bool {
+        self.windows.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+pub struct Store {
+    cfg: Arc<Config>,
+    /// The key layout and the index name of single mode (in cluster mode each master's
+    /// [`Site`] has its own index name).
+    pub keys: Arc<Keyspace>,
+    dim: usize,
+    scripts: Scripts,
+    /// The upstream of single mode.
+    single: Arc<Site>,
+    /// Cluster mode: each master's site, by `host:port`.
+    sites: std::sync::Mutex<std::collections::HashMap<String, Arc<Site>>>,
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// Scope filter → (when counted, more memories than the brute-force limit): see
     /// `Store::note_scope_size`.
     scope_sizes: std::sync::Mutex<std::collections::HashMap<String, (Instant, bool)>>,
@@ -99,19 +136,80 @@ pub const SAME_MODEL: f64 = 1e-4;
 
 impl Store {
     pub fn new(cfg: Arc<Config>, dim: usize) -> Result<Store, String> {
+        let keys = Arc::new(Keyspace::new(&cfg));
         Ok(Store {
-            keys: Keyspace::new(&cfg),
+            single: Arc::new(Site::new(keys.clone(), UpstreamAddr::from_config(&cfg)?)),
+            keys,
             dim,
             scripts: Scripts::new(),
-            upstream: UpstreamAddr::from_config(&cfg)?,
             cfg,
-            conn: tokio::sync::Mutex::new(None),
-            index: std::sync::Mutex::new(IndexState::Unchecked),
-            windows: std::sync::atomic::AtomicBool::new(false),
-            checking: tokio::sync::Mutex::new(()),
+            sites: std::sync::Mutex::new(std::collections::HashMap::new()),
+            cluster: std::sync::OnceLock::new(),
             scope_sizes: std::sync::Mutex::new(std::collections::HashMap::new()),
             model: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Cluster mode from now on (set once, at start): keys carry their user's hash tag and each
+    /// master gets an index of its own.
+    pub fn set_cluster(&mut self, cluster: Arc<crate::cluster::Cluster>) {
+        let mut keys = Keyspace::new(&self.cfg);
+        keys.tagged = true;
+        self.keys = Arc::new(keys);
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// The cluster, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.get()
+    }
+
+    /// Where `link` leads: its master's site in cluster mode, else the single upstream.
+    pub fn site(&self, link: &Link) -> Arc<Site> {
+        match (&link.node, self.cluster.get()) {
+            (Some(node), Some(_)) => self.node_site(node).unwrap_or_else(|| self.single.clone()),
+            _ => self.single.clone(),
+        }
+    }
+
+    /// The site of master `node`: its index is `<mem_index_name>{n}` for the smallest n whose
+    /// slot `node` serves (chosen again when slots move).
+    pub fn node_site(&self, node: &str) -> Option<Arc<Site>> {
+        let cluster = self.cluster.get()?;
+        let topology = cluster.topology();
+        let serves = |name: &str| {
+            topology
+                .master_of(crate::cluster::slot::slot(name.as_bytes()))
+                .is_some_and(|m| m == node)
+        };
+        let mut sites = self.sites.lock().expect("sites lock");
+        if let Some(site) = sites.get(node) {
+            if serves(&site.keys.index) {
+                return Some(site.clone());
+            }
+        }
+        let base = &self.cfg.mem_index_name;
+        let name = (0..100_000)
+            .map(|n| format!("{base}{{{n}}}"))
+            .find(|name| serves(name))?;
+        let mut keys = (*self.keys).clone();
+        keys.index = name;
+        let site = Arc::new(Site::new(Arc::new(keys), cluster.addr_of(node)));
+        sites.insert(node.to_string(), site.clone());
+        Some(site)
+    }
+
+    /// Every site: the single upstream, or each master of the cluster.
+    pub fn all_sites(&self) -> Vec<Arc<Site>> {
+        match self.cluster.get() {
+            None => vec![self.single.clone()],
+            Some(c) => c
+                .topology()
+                .masters
+                .iter()
+                .filter_map(|m| self.node_site(m))
+                .collect(),
+        }
     }
 
     /// Check the index's model stamp against this one from now on (set once, at start).
@@ -143,26 +241,34 @@ impl Store {
 
     /// Send `cmds` on memproxy's own connection (opened on demand; dropped, and the index
     /// checked again, after any failure of the connection itself).
-    async fn admin(&self, cmds: &[Vec<Vec<u8>>]) -> MemResult<Vec<Value>> {
-        let mut guard = self.conn.lock().await;
+    async fn admin(&self, site: &Site, cmds: &[Vec<Vec<u8>>]) -> MemResult<Vec<Value>> {
+        let mut guard = site.conn.lock().await;
         if guard.is_none() {
-            *guard = Some(self.upstream.admin(self.timeout()).await?);
+            *guard = Some(site.upstream.admin(self.timeout()).await?);
         }
         let link = guard.as_mut().expect("just set");
         let out = link.call(cmds).await;
         if out.is_err() || link.broken.is_some() || link.owed > 0 {
             *guard = None;
-            self.index_lost();
+            site.index_lost();
         }
         out
     }
 
-    async fn admin1(&self, args: &[&str]) -> MemResult<Value> {
+    pub(crate) async fn admin1(&self, site: &Site, args: &[&str]) -> MemResult<Value> {
         Ok(self
-            .admin(&[keyspace::cmd(args)])
+            .admin(site, &[keyspace::cmd(args)])
             .await?
             .pop()
             .unwrap_or_default())
+    }
+
+    /// Every site's index is usable (single mode: the one index; cluster mode: each master's).
+    pub async fn ready(&self) -> MemResult<()> {
+        for site in self.all_sites() {
+            self.ready_at(&site).await?;
+        }
+        Ok(())
     }
 
     /// The index is known to be usable (checked, or created, on memproxy's own connection).
@@ -172,7 +278,7 @@ impl Store {
     /// while the check was in flight used to run a check of its own, one after another on the
     /// one admin connection (seconds of added latency under load, every recheck period). With
     /// no usable answer yet (first use, index lost, broken), they wait for the one check.
-    pub async fn ready(&self) -> MemResult<()> {
+    pub async fn ready_at(&self, site: &Site) -> MemResult<()> {
         let recheck = Duration::from_millis(self.cfg.index_recheck_ms);
         let known = |state: &IndexState| -> Option<MemResult<()>> {
             match state {
@@ -184,24 +290,24 @@ impl Store {
             }
         };
         let stale_but_usable = {
-            let state = self.index.lock().expect("index lock");
+            let state = site.index.lock().expect("index lock");
             if let Some(answer) = known(&state) {
                 return answer;
             }
             matches!(*state, IndexState::Ready(_))
         };
         let _gate = if stale_but_usable {
-            match self.checking.try_lock() {
+            match site.checking.try_lock() {
                 Ok(gate) => gate,
                 // Another request is checking it right now.
                 Err(_) => return Ok(()),
             }
         } else {
             let since = Instant::now();
-            let gate = self.checking.lock().await;
+            let gate = site.checking.lock().await;
             // The request that held the gate may have answered for us, by a check that began
             // after we found no answer (an older one may predate a FLUSHALL or DROPINDEX).
-            match &*self.index.lock().expect("index lock") {
+            match &*site.index.lock().expect("index lock") {
                 IndexState::Ready(at) if *at >= since => return Ok(()),
                 IndexState::Broken(e, at) if *at >= since => return Err(e.clone()),
                 _ => {}
@@ -210,8 +316,8 @@ impl Store {
         };
         // States carry when their check began: what a waiter may take (see above).
         let started = Instant::now();
-        let outcome = self.ensure_index().await;
-        let mut state = self.index.lock().expect("index lock");
+        let outcome = self.ensure_index(site).await;
+        let mut state = site.index.lock().expect("index lock");
         match outcome {
             Ok(()) => {
                 *state = IndexState::Ready(started);
@@ -226,9 +332,9 @@ impl Store {
         }
     }
 
-    async fn ensure_index(&self) -> MemResult<()> {
+    async fn ensure_index(&self, site: &Site) -> MemResult<()> {
         let modules = scripts::ok(
-            self.admin1(&["COMMAND", "INFO", "FT.SEARCH", "JSON.SET"])
+            self.admin1(site, &["COMMAND", "INFO", "FT.SEARCH", "JSON.SET"])
                 .await?,
         )?;
         let present: Vec<bool> = value::array(&modules)
@@ -245,12 +351,12 @@ impl Store {
                 "upstream lacks the JSON module (RedisJSON): MEM.* need Redis 8 or Redis Stack",
             ));
         }
-        let (index, prefix) = (&self.keys.index, &self.keys.mem_prefix);
-        match scripts::ok(self.admin1(&["FT.INFO", index]).await?) {
+        let (index, prefix) = (&site.keys.index, &site.keys.mem_prefix);
+        match scripts::ok(self.admin1(site, &["FT.INFO", index]).await?) {
             Ok(v) => {
                 let windows = schema::check(&v, index, prefix, self.dim)
                     .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
-                self.windows
+                site.windows
                     .store(windows, std::sync::atomic::Ordering::Relaxed);
             }
             Err(e) if e.is_missing_index() => {
@@ -258,8 +364,8 @@ impl Store {
                 let mut create = vec!["FT.CREATE".to_string()];
                 create.extend(schema::create_args(index, prefix, self.dim));
                 let create: Vec<&str> = create.iter().map(String::as_str).collect();
-                match scripts::ok(self.admin1(&create).await?) {
-                    Ok(_) => self
+                match scripts::ok(self.admin1(site, &create).await?) {
+                    Ok(_) => site
                         .windows
                         .store(true, std::sync::atomic::Ordering::Relaxed),
                     // Another proxy made it: checked again on the next recheck.
@@ -269,28 +375,28 @@ impl Store {
             }
             Err(e) => return Err(e),
         }
-        self.check_model().await
+        self.check_model(site).await
     }
 
     /// The index's model stamp (`<index>:model`, a hash `name, dim, probe`): refuse when it
     /// names another model; write it when there is none (an index made by the guide's code, or
     /// just created, is taken to hold this model's vectors).
-    async fn check_model(&self) -> MemResult<()> {
+    async fn check_model(&self, site: &Site) -> MemResult<()> {
         let Some(mine) = self.model.get() else {
             return Ok(());
         };
-        match self.stamp().await? {
+        match self.stamp_at(site).await? {
             Some(theirs) => {
                 if crate::embed::cosine_distance(&theirs.probe, &mine.probe) > SAME_MODEL {
                     return Err(MemError::client(format!(
                         "the index {} holds vectors of model '{}', and this memproxy embeds with '{}': run `memproxy reembed` with this model to re-embed the stored memories, or start memproxy with the index's model",
-                        self.keys.index, theirs.name, mine.name
+                        site.keys.index, theirs.name, mine.name
                     )));
                 }
                 Ok(())
             }
             None => {
-                if let Err(e) = self.write_stamp(mine).await {
+                if let Err(e) = self.write_stamp_at(site, mine).await {
                     tracing::warn!(error = %e, "could not stamp the index with the model");
                 }
                 Ok(())
@@ -298,10 +404,14 @@ impl Store {
         }
     }
 
-    /// The stamp stored with the index, if any.
+    /// The stamp stored with the index, if any (single mode).
     pub async fn stamp(&self) -> MemResult<Option<ModelStamp>> {
-        let key = self.keys.model_stamp();
-        let v = scripts::ok(self.admin1(&["HMGET", &key, "name", "probe"]).await?)?;
+        self.stamp_at(&self.single).await
+    }
+
+    async fn stamp_at(&self, site: &Site) -> MemResult<Option<ModelStamp>> {
+        let key = site.keys.model_stamp();
+        let v = scripts::ok(self.admin1(site, &["HMGET", &key, "name", "probe"]).await?)?;
         let a = value::array(&v);
         let (Some(name), Some(probe)) = (
             a.first().and_then(value::text),
@@ -313,22 +423,29 @@ impl Store {
         Ok(Some(ModelStamp { name, probe }))
     }
 
-    /// Stamp the index with `model` (after a re-embedding, or on first use).
+    /// Stamp the index with `model` (after a re-embedding; single mode).
     pub async fn write_stamp(&self, model: &ModelStamp) -> MemResult<()> {
-        let key = self.keys.model_stamp();
+        self.write_stamp_at(&self.single, model).await
+    }
+
+    async fn write_stamp_at(&self, site: &Site, model: &ModelStamp) -> MemResult<()> {
+        let key = site.keys.model_stamp();
         let probe = serde_json::to_string(&model.probe).unwrap_or_default();
         let dim = model.probe.len().to_string();
         scripts::ok(
-            self.admin1(&[
-                "HSET",
-                &key,
-                "name",
-                &model.name,
-                "dim",
-                &dim,
-                "probe",
-                &probe,
-            ])
+            self.admin1(
+                site,
+                &[
+                    "HSET",
+                    &key,
+                    "name",
+                    &model.name,
+                    "dim",
+                    &dim,
+                    "probe",
+                    &probe,
+                ],
+            )
             .await?,
         )?;
         Ok(())
@@ -336,18 +453,17 @@ impl Store {
 
     /// Is the upstream answering memproxy's own connection now? (For readiness probes.)
     pub async fn ping(&self) -> MemResult<()> {
-        scripts::ok(self.admin1(&["PING"]).await?)?;
+        for site in self.all_sites() {
+            scripts::ok(self.admin1(&site, &["PING"]).await?)?;
+        }
         Ok(())
     }
 
-    /// Does the index have the optional `windows` field (as of its last check)?
-    pub fn windows_indexed(&self) -> bool {
-        self.windows.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The index was found missing by an operation: check (and create) it again.
+    /// Every index is to be checked again (after a re-embedding or a migration).
     pub fn index_lost(&self) {
-        *self.index.lock().expect("index lock") = IndexState::Unchecked;
+        for site in self.all_sites() {
+            site.index_lost();
+        }
     }
 
     /// Before the model runs for a request: may this client run every command of `rights`?
@@ -355,7 +471,7 @@ impl Store {
     pub async fn precheck(&self, link: &mut Link, rights: &[Spec]) -> MemResult<()> {
         if !rights.is_empty() {
             // The rights name module commands: the modules (and index) must be there first.
-            self.ready().await?;
+            self.ready_at(&self.site(link)).await?;
         }
         self.scripts
             .check
@@ -374,7 +490,7 @@ impl Store {
         let v = self
             .scripts
             .search
-            .run(link, &[], &self.keys.rights_read(), args)
+            .run(link, &[], &self.site(link).keys.rights_read(), args)
             .await?;
         Ok(match v {
             Value::Array(a) | Value::Set(a) => a,

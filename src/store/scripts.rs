@@ -98,15 +98,18 @@ pub struct Scripts {
 
 impl Scripts {
     pub fn new() -> Scripts {
-        const RO: &str = " flags=no-writes";
+        // allow-cross-slot-keys: in cluster mode a script touches its user's keys (one slot) and
+        // its master's index, whose name hashes to another slot of the same master.
+        const RO: &str = " flags=no-writes,allow-cross-slot-keys";
+        const RW: &str = " flags=allow-cross-slot-keys";
         Scripts {
             check: Script::new(RO, include_str!("lua/check.lua")),
             search: Script::new(RO, include_str!("lua/search.lua")),
-            remember: Script::new("", include_str!("lua/remember.lua")),
-            forget: Script::new("", include_str!("lua/forget.lua")),
-            session: Script::new("", include_str!("lua/session.lua")),
-            turn: Script::new("", include_str!("lua/turn.lua")),
-            consolidate: Script::new("", include_str!("lua/consolidate.lua")),
+            remember: Script::new(RW, include_str!("lua/remember.lua")),
+            forget: Script::new(RW, include_str!("lua/forget.lua")),
+            session: Script::new(RW, include_str!("lua/session.lua")),
+            turn: Script::new(RW, include_str!("lua/turn.lua")),
+            consolidate: Script::new(RW, include_str!("lua/consolidate.lua")),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use super::keyspace::{cmd, new_id, Spec};
+use super::keyspace::{cmd, Spec};
 use super::memory::{Hit, NewMemory, Recall, Remembered, ID_TRIES};
 use super::scripts::{ok, push_search, push_spec};
 use super::value::{array, flat, int, text, ttl_from_pttl};
@@ -76,13 +76,17 @@ impl Store {
     async fn session_script(
         &self,
         link: &mut Link,
+        user: &str,
         thread: &str,
         op: &str,
         owner: &str,
         rest: &[&str],
     ) -> MemResult<Value> {
         let (now, ttl, maxlen) = self.session_args();
-        let keys = [self.keys.session(thread), self.keys.events(thread)];
+        let keys = [
+            self.keys.session(user, thread),
+            self.keys.events(user, thread),
+        ];
         let (ttl, maxlen) = (ttl.to_string(), maxlen.to_string());
         let args = [op, &now, &ttl, &maxlen, owner]
             .iter()
@@ -91,7 +95,7 @@ impl Store {
             .collect();
         self.scripts
             .session
-            .run(link, &keys, &self.keys.rights_session(thread), args)
+            .run(link, &keys, &self.keys.rights_session(user, thread), args)
             .await
     }
 
@@ -112,6 +116,7 @@ impl Store {
         let v = self
             .session_script(
                 link,
+                user,
                 thread,
                 "start",
                 owner,
@@ -130,6 +135,7 @@ impl Store {
     pub async fn session_set(
         &self,
         link: &mut Link,
+        user: &str,
         thread: &str,
         field: &str,
         value: &str,
@@ -137,7 +143,7 @@ impl Store {
         owner: &str,
     ) -> MemResult<Option<String>> {
         let v = self
-            .session_script(link, thread, "set", owner, &[field, value, action])
+            .session_script(link, user, thread, "set", owner, &[field, value, action])
             .await?;
         Ok(array(&v).get(1).and_then(text))
     }
@@ -146,10 +152,11 @@ impl Store {
     pub async fn session_get(
         &self,
         link: &mut Link,
+        user: &str,
         thread: &str,
         owner: &str,
     ) -> MemResult<Option<SessionView>> {
-        let key = self.keys.session(thread).into_bytes();
+        let key = self.keys.session(user, thread).into_bytes();
         let mut r = link
             .call(&[
                 vec![b"HGETALL".to_vec(), key.clone()],
@@ -187,8 +194,16 @@ impl Store {
     }
 
     /// Delete a session and its event stream; returns whether the session existed.
-    pub async fn session_end(&self, link: &mut Link, thread: &str, owner: &str) -> MemResult<bool> {
-        let v = self.session_script(link, thread, "end", owner, &[]).await?;
+    pub async fn session_end(
+        &self,
+        link: &mut Link,
+        user: &str,
+        thread: &str,
+        owner: &str,
+    ) -> MemResult<bool> {
+        let v = self
+            .session_script(link, user, thread, "end", owner, &[])
+            .await?;
         Ok(int(&v).unwrap_or(0) > 0)
     }
 
@@ -197,6 +212,7 @@ impl Store {
     pub async fn events(
         &self,
         link: &mut Link,
+        user: &str,
         thread: &str,
         count: usize,
         owner: &str,
@@ -205,12 +221,12 @@ impl Store {
             .call(&[
                 vec![
                     b"HGET".to_vec(),
-                    self.keys.session(thread).into_bytes(),
+                    self.keys.session(user, thread).into_bytes(),
                     b"user".to_vec(),
                 ],
                 [
                     b"XREVRANGE".as_slice(),
-                    self.keys.events(thread).as_bytes(),
+                    self.keys.events(user, thread).as_bytes(),
                     b"+",
                     b"-",
                     b"COUNT",
@@ -249,8 +265,9 @@ impl Store {
 
     /// One turn in one script: recall, remember, append, log.
     pub async fn turn(&self, link: &mut Link, t: &TurnInput<'_>) -> MemResult<TurnOutcome> {
-        let specs = self.recall_specs(&t.recall);
-        indexed!(self, self.turn_tries(link, t, &specs).await)
+        let site = self.site(link);
+        let specs = self.recall_specs(&site, &t.recall);
+        indexed!(self, link, self.turn_tries(link, t, &specs).await)
     }
 
     async fn turn_tries(
@@ -276,11 +293,13 @@ impl Store {
     ) -> MemResult<Option<TurnOutcome>> {
         let (now, ttl, maxlen) = self.session_args();
         let c = self.config();
-        let id = new_id();
+        let site = self.site(link);
+        let user = t.recall.scope.user.as_str();
+        let id = self.keys.new_memory_id(user);
         let mem_key = self.keys.memory(&id);
         let keys = [
-            self.keys.session(t.thread),
-            self.keys.events(t.thread),
+            self.keys.session(user, t.thread),
+            self.keys.events(user, t.thread),
             mem_key.clone(),
         ];
         let mut args: Vec<Vec<u8>> = cmd(&[
@@ -320,10 +339,10 @@ impl Store {
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {
-                push_spec(&mut args, &self.dedup_spec(m, t.recall.vector));
+                push_spec(&mut args, &self.dedup_spec(&site.keys, m, t.recall.vector));
             }
         }
-        let rights = self.keys.rights_turn(t.thread, &mem_key);
+        let rights = site.keys.rights_turn(user, t.thread, &mem_key);
         let v = self.scripts.turn.run(link, &keys, &rights, args).await?;
         let a = array(&v);
         if a.first().and_then(text).as_deref() == Some("collision") {
@@ -335,7 +354,7 @@ impl Store {
         let recalled = if specs.is_empty() {
             Vec::new()
         } else {
-            self.fuse(&t.recall, specs, array(&a[1]))?
+            self.fuse(&self.site(link), &t.recall, specs, array(&a[1]))?
         };
         let remembered = match &a[2] {
             Value::Nil => None,

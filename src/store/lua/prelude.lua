@@ -70,9 +70,66 @@ end
 -- Run FT.SEARCH; returns {'ok', total, rows, policy} with rows {key, pttl, score, {field, value,
 -- …}} (pttl '' when `ttl` is false; policy: what `adaptive` chose, BATCHES or ADHOC_BF, else ''),
 -- or {'err', message}. Never raises, so one failing side of a hybrid recall does not fail both.
+-- The fields a row lacks, read from its JSON document (see cluster_search).
+local function load_fields(key, fields, wanted)
+  local have, out = {}, {}
+  if type(fields) == 'table' then
+    for j = 1, #fields, 2 do have[fields[j]] = true; out[#out + 1] = fields[j]; out[#out + 1] = fields[j + 1] end
+  end
+  local paths = {key}
+  for _, name in ipairs(wanted) do
+    if not have[name] and name ~= 'distance' then paths[#paths + 1] = '$.' .. name end
+  end
+  if #paths == 1 then return out end
+  paths[#paths + 1] = '$.__memproxy_none'  -- two paths or more: the reply is an object
+  local ok, raw = pcall(redis.call, 'JSON.GET', unpack(paths))
+  if not ok or type(raw) ~= 'string' then return out end
+  local doc = cjson.decode(raw)
+  for j = 2, #paths - 1 do
+    local v = doc[paths[j]]
+    if type(v) == 'table' and v[1] ~= nil and v[1] ~= cjson.null then
+      local x = v[1]
+      if type(x) == 'table' then x = cjson.encode(x) end
+      out[#out + 1] = string.sub(paths[j], 3)
+      out[#out + 1] = tostring(x)
+    end
+  end
+  return out
+end
+
+-- A search on a cluster node's index (memproxy names those `<index>{n}`): RediSearch without
+-- its coordinator finds documents there but loads none of them, and a row whose load failed
+-- loses its computed fields too (the KNN distance). So the search asks only for the distance
+-- (or for keys only), and the script reads the other fields from each JSON document.
+local function cluster_search(args)
+  if not string.find(args[1], '{', 1, true) then return args, nil end
+  local out, wanted, n = {}, nil, 1
+  while n <= #args do
+    if wanted == nil and string.upper(args[n]) == 'RETURN' then
+      local count = tonumber(args[n + 1]) or 0
+      wanted = {}
+      for j = 1, count do wanted[j] = args[n + 1 + j] end
+      n = n + 2 + count
+    else
+      out[#out + 1] = args[n]
+      n = n + 1
+    end
+  end
+  if wanted == nil then return args, nil end
+  local distance = false
+  for _, w in ipairs(wanted) do if w == 'distance' then distance = true end end
+  if distance then
+    out[#out + 1] = 'RETURN'; out[#out + 1] = '1'; out[#out + 1] = 'distance'
+  else
+    out[#out + 1] = 'NOCONTENT'
+  end
+  return out, wanted
+end
+
 local function search(args, ttl)
-  local policy
+  local policy, wanted
   args, policy = adapt_policy(args)
+  args, wanted = cluster_search(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
   if type(r) == 'table' and r.err then return {'err', r.err} end
   local withscores, nocontent = false, false
@@ -86,6 +143,7 @@ local function search(args, ttl)
     i = i + 1
     if withscores then score = r[i]; i = i + 1 end
     if not nocontent then fields = r[i]; i = i + 1 end
+    if wanted then fields = load_fields(key, fields, wanted) end
     rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
   end
   return {'ok', r[1], rows, policy or ''}
