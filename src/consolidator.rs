@@ -37,6 +37,10 @@ impl Consolidator {
 
     /// Run every `consolidate_interval_seconds` until the task is dropped.
     pub async fn run_forever(&self, engine: &Engine) {
+        if let Err(e) = engine.single_only("the background consolidator") {
+            tracing::warn!(error = %e, "consolidator off");
+            return;
+        }
         let every = Duration::from_secs(engine.config().consolidate_interval_seconds);
         loop {
             tokio::time::sleep(every).await;

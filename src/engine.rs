@@ -126,6 +126,16 @@ impl Engine {
             .map(|k| crate::cluster::slot::slot(k.as_bytes()))
     }
 
+    /// For what cluster mode does not cover yet: one error line saying so.
+    pub fn single_only(&self, what: &str) -> Result<(), MemError> {
+        match self.cluster {
+            Some(_) => Err(MemError::client(format!(
+                "{what} is not available in cluster mode yet (docs/PROTOCOL.md, Redis Cluster)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     pub fn upstream_addr(&self) -> &UpstreamAddr {
         &self.upstream
     }
@@ -225,10 +235,9 @@ impl Engine {
             // (and closes them): ask with a PING first, so NOAUTH comes as Redis's own answer.
             crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
         }
-        if self.cluster.is_some() && cmd.touches_data() && !cmd.cluster_ready() {
-            return Err(MemError::client(
-                "this MEM.* verb is not available in cluster mode yet (see docs/PROTOCOL.md, Redis Cluster)",
-            ));
+        if link.node.is_none() && cmd.touches_data() {
+            // In cluster mode only a client session knows which master a verb belongs on.
+            self.single_only("MEM.* over HTTP and MCP")?;
         }
         if client.db != 0 && cmd.touches_data() {
             return Err(MemError::client(format!(

@@ -38,6 +38,7 @@ pub struct Selection {
 
 /// Write the selected memories to `out`, one JSON line each; returns how many.
 pub async fn export(engine: &Engine, sel: &Selection, out: &mut impl Write) -> MemResult<usize> {
+    engine.single_only("export")?;
     let store = &engine.store;
     store.ready().await?;
     let timeout = Duration::from_millis(engine.config().op_timeout_ms);
@@ -112,6 +113,7 @@ pub const SAME_VECTOR: f64 = 1e-4;
 
 /// Import JSON lines from `input`; `trust`: use the lines' own embeddings (checked, see above).
 pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemResult<Imported> {
+    engine.single_only("import")?;
     let mut verbs = Verbs::open(engine, None)
         .await
         .map_err(|e| MemError::upstream(e.line))?;

@@ -61,6 +61,7 @@ pub async fn migrate(
     stop_after: Option<&str>,
     progress: Progress<'_>,
 ) -> MemResult<String> {
+    engine.single_only("migrate")?;
     let mut m = Migration::open(engine).await?;
     loop {
         let step = m.step().await?;
@@ -84,6 +85,7 @@ pub async fn migrate(
 
 /// Undo a migration (finished or not).
 pub async fn rollback(engine: &Engine) -> MemResult<()> {
+    engine.single_only("migrate")?;
     let mut m = Migration::open(engine).await?;
     m.rollback().await
 }

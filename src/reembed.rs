@@ -29,6 +29,7 @@ pub async fn reembed(
     engine: &Engine,
     mut progress: impl FnMut(usize, usize),
 ) -> MemResult<Reembedded> {
+    engine.single_only("reembed")?;
     let store = &engine.store;
     let timeout = Duration::from_millis(engine.config().op_timeout_ms);
     let mut link = engine.upstream_addr().admin(timeout).await?;

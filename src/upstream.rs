@@ -356,6 +356,9 @@ pub struct Link {
     pub admitted: bool,
     /// In cluster mode, the master this connection is to (`host:port`).
     pub node: Option<String>,
+    /// In cluster mode, after `ASK`: every call is sent after `ASKING` (the slot is being
+    /// imported here).
+    pub asking: bool,
     turned_on: bool,
     timeout: Duration,
 }
@@ -371,6 +374,7 @@ impl Link {
             owed: 0,
             admitted: false,
             node: None,
+            asking: false,
             turned_on: false,
             timeout,
         }
@@ -419,10 +423,14 @@ impl Link {
             out.extend_from_slice(REPLY_ON);
         }
         for c in cmds {
+            if self.asking {
+                out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+            }
             encode(c, &mut out);
         }
+        let asked = if self.asking { cmds.len() } else { 0 };
         // Counted before the write: if the exchange is cut short, what is owed is known.
-        self.owed = cmds.len() + usize::from(wrap);
+        self.owed = cmds.len() + usize::from(wrap) + asked;
         self.stream
             .write_all(&out)
             .await
@@ -434,6 +442,10 @@ impl Link {
         }
         let mut replies = Vec::with_capacity(cmds.len());
         for _ in cmds {
+            if asked > 0 {
+                self.read_reply().await?;
+                self.owed -= 1;
+            }
             replies.push(self.read_reply().await?);
             self.owed -= 1;
         }

@@ -569,3 +569,216 @@ fn hostile_user_names_keep_their_data_together() {
         assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &id])), 1, "{u:?}");
     }
 }
+
+#[test]
+fn flushall_through_memproxy_and_every_master_gets_its_index_again() {
+    // A cluster of its own: FLUSHALL reaches every master.
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[2].url(), |_| {});
+    let s = Setup { cluster, proxy };
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(&s, "flush");
+    for u in &users {
+        q(
+            &mut c,
+            &["MEM.REMEMBER", "The user sails on weekends", "USER", u],
+        );
+    }
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(n, 0);
+    for u in &users {
+        let r = q(
+            &mut c,
+            &["MEM.REMEMBER", "The user sails on weekends", "USER", u],
+        );
+        assert_eq!(
+            as_i64(get(&r, "deduped")),
+            0,
+            "{u}: written once, not found twice"
+        );
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "what do I do on weekends?",
+                "USER",
+                u,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "1",
+            ],
+        );
+        assert_eq!(items(&hits).len(), 1, "{u}");
+    }
+}
+
+#[test]
+fn a_users_slot_moves_while_memproxy_serves_them() {
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let user = "mover";
+    let tag = format!("{{{user}}}");
+    let from = cluster.owner(&tag);
+    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+    let mut c = proxy.client();
+    let mut written = Vec::new();
+    for i in 0..20 {
+        let r = q(
+            &mut c,
+            &[
+                "MEM.REMEMBER",
+                &format!("Fact number {i} about the user's garden"),
+                "USER",
+                user,
+                "NODEDUP",
+            ],
+        );
+        written.push(as_str(get(&r, "id")));
+    }
+    // A writer that keeps remembering (and recalling) while the slot moves.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let url = proxy.url();
+        std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let mut ids = Vec::new();
+            let mut i = 100;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r: redis::RedisResult<Value> = redis::cmd("MEM.REMEMBER")
+                    .arg(format!("Fact number {i} about the user's garden"))
+                    .arg("USER")
+                    .arg("mover")
+                    .arg("NODEDUP")
+                    .query(&mut c);
+                match r {
+                    Ok(v) => ids.push(as_str(get(&v, "id"))),
+                    Err(e) => panic!("a write during the move failed: {e}"),
+                }
+                let _: Value = redis::cmd("MEM.RECALL")
+                    .arg("the garden")
+                    .arg("USER")
+                    .arg("mover")
+                    .query(&mut c)
+                    .expect("a recall during the move");
+                i += 1;
+            }
+            ids
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let mut dfrom = direct(from);
+    let mut dto = direct(to);
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&tag)
+        .query(&mut dfrom)
+        .unwrap();
+    let to_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut dto).unwrap();
+    let from_id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut dfrom).unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&from_id)
+        .query(&mut dto)
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&to_id)
+        .query(&mut dfrom)
+        .unwrap();
+    // Move the keys a few at a time, as redis-cli --cluster reshard does.
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(5)
+            .query(&mut dfrom)
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to.port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut dfrom)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for n in &cluster.nodes {
+        let mut d = direct(n);
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&to_id)
+            .query(&mut d)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let during = writer.join().unwrap();
+    assert!(
+        during.len() >= 3,
+        "writes ran during the move: {}",
+        during.len()
+    );
+    eprintln!("{} memories written while the slot moved", during.len());
+    written.extend(during);
+    // Every acknowledged memory is there once, on the new owner, and recall finds it.
+    let listed = q(&mut c, &["MEM.LIST", "USER", user, "LIMIT", "0", "1000"]);
+    let mut ids: Vec<String> = items(&listed)
+        .iter()
+        .map(|h| as_str(get(h, "id")))
+        .collect();
+    ids.sort();
+    let mut want = written.clone();
+    want.sort();
+    assert_eq!(ids, want, "every acknowledged write, once");
+    let n: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut dfrom)
+        .unwrap();
+    assert_eq!(n, 0);
+    for (i, id) in written.iter().enumerate().step_by(7) {
+        let text: String = {
+            let mut d = direct(to);
+            let t: String = redis::cmd("JSON.GET")
+                .arg(format!("agent:mem:{id}"))
+                .arg("$.text")
+                .query(&mut d)
+                .unwrap();
+            t.trim_matches(|c| c == '[' || c == ']' || c == '"')
+                .to_string()
+        };
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                &text,
+                "USER",
+                user,
+                "MODE",
+                "vector",
+                "K",
+                "1",
+            ],
+        );
+        assert_eq!(
+            as_str(get(&items(&hits)[0], "id")),
+            *id,
+            "memory {i} found on its new master"
+        );
+    }
+}

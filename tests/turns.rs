@@ -357,7 +357,7 @@ fn errors_for_each_verb() {
         ),
         (
             &["MEM.SESSION", "GET", "t", "extra"],
-            "wrong number of arguments",
+            "unknown option 'extra'",
         ),
         (&["MEM.SESSION", "GOAL", "t", ""], "goal is empty"),
         (

@@ -32,6 +32,9 @@ use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
 /// Redirections followed for one request before its last reply is passed on.
 pub const MAX_REDIRECTS: usize = 5;
 
+/// Runs of one MEM.* verb while its slot moves (redirections and TRYAGAIN pauses of 50 ms).
+const MEM_RETRIES: usize = 20;
+
 /// SCAN cursors carry the master's position in their low bits: cursor = node cursor × this + i.
 const SCAN_NODES: u64 = 1024;
 
@@ -846,9 +849,11 @@ impl Session {
         Err(Stop::ClientGone)
     }
 
-    /// A MEM.* verb, on the connection to the master of its user's slot.
+    /// A MEM.* verb, on the connection to the master of its user's slot. A verb whose script
+    /// was refused with `MOVED` / `ASK` (its slot moving: refused at dispatch, before it ran) runs
+    /// again where Redis says; `TRYAGAIN` (some of its keys moved, some not yet) after a pause.
     async fn mem(&mut self, args: Cmd) -> Result<(), Stop> {
-        let node = match self.engine.mem_slot(&args) {
+        let mut node = match self.engine.mem_slot(&args) {
             Some(s) => match self.master_of(s).await {
                 Some(n) => n,
                 None => {
@@ -858,15 +863,50 @@ impl Session {
             },
             None => self.home().await?,
         };
+        let mut asking = false;
+        let mut tries = 0;
+        loop {
+            let reply = self.mem_on(&node, args.clone(), asking).await?;
+            tries += 1;
+            let line = match &reply {
+                Reply::Error(line) if tries < MEM_RETRIES => line.clone(),
+                _ => {
+                    reply.encode(self.state.protocol, &mut self.out);
+                    return Ok(());
+                }
+            };
+            if line.starts_with("TRYAGAIN") {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            match redirect(format!("-{line}\r\n").as_bytes()) {
+                Some((ask, target)) => {
+                    if !ask {
+                        let _ = self.cluster.refresh().await;
+                    }
+                    node = target;
+                    asking = ask;
+                }
+                None => {
+                    reply.encode(self.state.protocol, &mut self.out);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// One run of a MEM.* verb on `node`'s connection, lent as a [`Link`].
+    async fn mem_on(&mut self, node: &str, args: Cmd, asking: bool) -> Result<Reply, Stop> {
+        let node = node.to_string();
         self.open(&node).await?;
         let n = self.nodes.remove(&node).expect("opened");
         let mut link = Link::new(n.stream, n.buf, ReplyMode::On, self.timeout);
         link.node = Some(node.clone());
+        link.asking = asking;
         let reply = self.engine.execute(args, &self.state, &mut link).await;
         if !link.pushes.is_empty() {
             self.out.extend_from_slice(&link.pushes);
         }
-        reply.encode(self.state.protocol, &mut self.out);
         if link.broken.is_none() && link.owed == 0 {
             if link.admitted {
                 self.state.trusted = true;
@@ -882,7 +922,7 @@ impl Session {
         } else if self.home.as_deref() == Some(node.as_str()) {
             self.home = None;
         }
-        Ok(())
+        Ok(reply)
     }
 }
 

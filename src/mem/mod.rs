@@ -122,11 +122,6 @@ impl Command {
         }
     }
 
-    /// Whether the verb runs in cluster mode (on its user's master).
-    pub fn cluster_ready(&self) -> bool {
-        true
-    }
-
     /// Whether the command reads or writes memproxy's data (and so needs database 0).
     pub fn touches_data(&self) -> bool {
         !matches!(
