@@ -107,7 +107,7 @@ pub enum Target {
 }
 
 /// The keys of `args` by `spec` (positions as `COMMAND` gives them).
-pub fn keys_by_spec<'a>(spec: KeySpec, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+pub fn keys_by_spec(spec: KeySpec, args: &[Vec<u8>]) -> Vec<&[u8]> {
     if spec.first <= 0 {
         return Vec::new();
     }

@@ -132,6 +132,7 @@ impl Store {
 
     /// Set one field (goal, scratchpad) of an existing session and log `action`; `None` if there
     /// is no such session.
+    #[allow(clippy::too_many_arguments)]
     pub async fn session_set(
         &self,
         link: &mut Link,
