@@ -782,3 +782,137 @@ fn a_users_slot_moves_while_memproxy_serves_them() {
         );
     }
 }
+
+#[test]
+fn a_killed_master_is_followed_to_its_promoted_replica() {
+    let mut cluster = ClusterNodes::start_with_replicas(3, 1);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    // A user whose master is not the node memproxy was pointed at.
+    let user = (0..200)
+        .map(|i| format!("fo-{i}"))
+        .find(|u| cluster.owner(&format!("{{{u}}}")).port != cluster.nodes[0].port)
+        .unwrap();
+    let victim = cluster.owner(&format!("{{{user}}}")).port;
+    let mut c = proxy.client();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        // REPLICAS 1: acknowledged only once the replica has it.
+        let r = q(
+            &mut c,
+            &[
+                "MEM.REMEMBER",
+                &format!("Failover fact {i}"),
+                "USER",
+                &user,
+                "NODEDUP",
+                "REPLICAS",
+                "1",
+            ],
+        );
+        ids.push(as_str(get(&r, "id")));
+    }
+    let k = format!("{{{user}}}:plain");
+    let _: () = redis::cmd("SET").arg(&k).arg("v").query(&mut c).unwrap();
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut c).unwrap();
+    let i = cluster.nodes.iter().position(|n| n.port == victim).unwrap();
+    cluster.nodes[i].kill();
+    // The old client gets errors, not a hang; within seconds new clients reach the promoted
+    // replica, which has every acknowledged memory.
+    let started = std::time::Instant::now();
+    let e = redis::cmd("GET").arg(&k).query::<String>(&mut c);
+    assert!(e.is_err(), "the client of the killed master gets an error");
+    let mut found = Vec::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        let attempt = (|| -> redis::RedisResult<Vec<String>> {
+            let mut c = redis::Client::open(proxy.url())?
+                .get_connection_with_timeout(Duration::from_secs(5))?;
+            c.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let v: String = redis::cmd("GET").arg(&k).query(&mut c)?;
+            assert_eq!(v, "v");
+            let listed: Value = redis::cmd("MEM.LIST")
+                .arg("USER")
+                .arg(&user)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(100)
+                .query(&mut c)?;
+            Ok(items(&listed)
+                .iter()
+                .map(|h| as_str(get(h, "id")))
+                .collect())
+        })();
+        match attempt {
+            Ok(ids) => {
+                found = ids;
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    eprintln!("followed the failover in {:?}", started.elapsed());
+    found.sort();
+    ids.sort();
+    assert_eq!(
+        found, ids,
+        "every acknowledged memory is on the promoted replica"
+    );
+}
+
+#[test]
+fn users_that_share_a_master_never_see_each_other() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let base = unique("iso");
+    // Two users on one master (one index), and a name that tries to widen the filter.
+    let a = format!("{base}-a");
+    let owner = s.cluster.owner(&format!("{{{a}}}")).port;
+    let b = (0..500)
+        .map(|i| format!("{base}-b{i}"))
+        .find(|u| s.cluster.owner(&format!("{{{u}}}")).port == owner)
+        .unwrap();
+    q(
+        &mut c,
+        &["MEM.REMEMBER", "The user's bank PIN is 4417", "USER", &a],
+    );
+    for u in [b.as_str(), "*", &format!("{a}}} | @user:{{{b}")] {
+        for mode in ["auto", "vector", "keyword", "hybrid"] {
+            let hits = q(
+                &mut c,
+                &[
+                    "MEM.RECALL",
+                    "what is my bank PIN?",
+                    "USER",
+                    u,
+                    "MODE",
+                    mode,
+                    "THRESHOLD",
+                    "2",
+                ],
+            );
+            assert!(items(&hits).is_empty(), "{u} {mode}: {hits:?}");
+        }
+        assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", "USER", u])), 0);
+    }
+    assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", &a])).len(), 1);
+}
+
+#[test]
+fn a_client_that_pipelines_across_slots_and_leaves_harms_nothing() {
+    let s = setup();
+    let u = unique("gone");
+    let mut raw = s.proxy.raw();
+    let mut bytes = Vec::new();
+    for i in 0..2000 {
+        let k = format!("{u}:{i}");
+        bytes.extend(encode(&[b"SET", k.as_bytes(), b"1"]));
+    }
+    bytes.extend(encode(&[b"BLPOP", format!("{u}:list").as_bytes(), b"0"]));
+    raw.send(&bytes);
+    drop(raw);
+    let owner = s.cluster.owner(&format!("{u}:list"));
+    eventually("nothing stays blocked", || blocked(owner) == 0);
+    // The proxy serves the next client at once.
+    let mut c = s.proxy.client();
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}

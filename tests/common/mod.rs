@@ -255,12 +255,19 @@ impl Drop for Redis {
 /// and CLUSTER MEET (no redis-cli needed).
 pub struct ClusterNodes {
     pub nodes: Vec<Redis>,
+    pub masters: usize,
 }
 
 impl ClusterNodes {
     pub fn start(masters: usize) -> ClusterNodes {
+        ClusterNodes::start_with_replicas(masters, 0)
+    }
+
+    /// `masters` masters, each with `replicas` replicas (nodes `masters..` in order: replica j of
+    /// master i is node `masters + i * replicas + j`).
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> ClusterNodes {
         let mut nodes = Vec::new();
-        while nodes.len() < masters {
+        while nodes.len() < masters * (1 + replicas) {
             let port = free_port();
             if port > 55535 || TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
                 continue;
@@ -278,7 +285,7 @@ impl ClusterNodes {
             ));
         }
         let per = 16384 / masters;
-        for (i, n) in nodes.iter().enumerate() {
+        for (i, n) in nodes.iter().take(masters).enumerate() {
             let (a, b) = (
                 i * per,
                 if i + 1 == masters {
@@ -304,14 +311,45 @@ impl ClusterNodes {
                 .query(&mut c)
                 .unwrap();
         }
-        let cl = ClusterNodes { nodes };
-        cl.wait_agreed();
+        let cl = ClusterNodes { nodes, masters };
+        cl.wait_agreed(masters);
+        for i in 0..masters {
+            let id = cl.id(i);
+            for j in 0..replicas {
+                let r = &cl.nodes[masters + i * replicas + j];
+                eventually("the replica knows its master", || {
+                    let mut c = direct(r);
+                    redis::cmd("CLUSTER")
+                        .arg("REPLICATE")
+                        .arg(&id)
+                        .query::<()>(&mut c)
+                        .is_ok()
+                });
+            }
+        }
+        if replicas > 0 {
+            eventually("the replicas are in sync", || {
+                cl.nodes[masters..].iter().all(|r| {
+                    let mut c = direct(r);
+                    let info: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut c)
+                        .unwrap_or_default();
+                    info.contains("master_link_status:up")
+                })
+            });
+        }
         cl
     }
 
+    /// Node `i`'s cluster id.
+    pub fn id(&self, i: usize) -> String {
+        let mut c = direct(&self.nodes[i]);
+        redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap()
+    }
+
     /// Until every node says the cluster is ok and knows every master.
-    pub fn wait_agreed(&self) {
-        let masters = self.nodes.len();
+    pub fn wait_agreed(&self, masters: usize) {
         eventually("the cluster agrees", || {
             self.nodes.iter().all(|n| {
                 let mut c = direct(n);
@@ -336,8 +374,9 @@ impl ClusterNodes {
             .arg(key)
             .query(&mut c)
             .unwrap();
-        let per = 16384 / self.nodes.len() as i64;
-        let i = ((slot / per) as usize).min(self.nodes.len() - 1);
+        let masters = self.masters;
+        let per = 16384 / masters as i64;
+        let i = ((slot / per) as usize).min(masters - 1);
         &self.nodes[i]
     }
 }
