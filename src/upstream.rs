@@ -130,6 +130,14 @@ impl UpstreamAddr {
         })
     }
 
+    /// The host of a TCP upstream.
+    pub fn host(&self) -> Option<String> {
+        match &self.target {
+            Target::Tcp(h, _) => Some(h.clone()),
+            _ => None,
+        }
+    }
+
     /// The same settings (TLS, credentials) for another node, `host:port` (a cluster's master).
     pub fn at(&self, host: &str, port: u16) -> UpstreamAddr {
         let mut a = self.clone();

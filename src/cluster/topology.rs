@@ -30,8 +30,10 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// From a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …], replicas…], …]`.
-    pub fn parse(reply: &Value) -> Result<Topology, String> {
+    /// From a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …], replicas…], …]`. An
+    /// empty host means the host of the node that answered (`asked`), as a node that never met
+    /// another one announces itself.
+    pub fn parse(reply: &Value, asked: &str) -> Result<Topology, String> {
         let mut t = Topology {
             masters: Vec::new(),
             slots: vec![u16::MAX; SLOTS],
@@ -46,7 +48,10 @@ impl Topology {
                 return Err("unreadable CLUSTER SLOTS reply".into());
             };
             let m = v::array(master);
-            let host = m.first().and_then(v::text).unwrap_or_default();
+            let mut host = m.first().and_then(v::text).unwrap_or_default();
+            if host.is_empty() {
+                host = asked.to_string();
+            }
             let port = m.get(1).and_then(v::int).unwrap_or(0);
             if host.is_empty() || host == "?" || port <= 0 {
                 continue;
@@ -108,7 +113,7 @@ pub struct Cluster {
     refreshing: tokio::sync::Mutex<()>,
     commands: RwLock<HashMap<String, KeySpec>>,
     /// memproxy's own connection (to any master), for CLUSTER SLOTS and COMMAND GETKEYS.
-    admin: tokio::sync::Mutex<Option<Link>>,
+    admin: tokio::sync::Mutex<Option<(Link, String)>>,
     timeout: Duration,
 }
 
@@ -182,11 +187,11 @@ impl Cluster {
                 return Ok(());
             }
         }
-        let reply = self
-            .admin(vec![b"CLUSTER".to_vec(), b"SLOTS".to_vec()])
+        let (reply, asked) = self
+            .admin_at(vec![b"CLUSTER".to_vec(), b"SLOTS".to_vec()])
             .await?;
-        let topology =
-            Topology::parse(&crate::store::scripts::ok(reply)?).map_err(MemError::upstream)?;
+        let topology = Topology::parse(&crate::store::scripts::ok(reply)?, &asked)
+            .map_err(MemError::upstream)?;
         tracing::debug!(masters = ?topology.masters, "slot map read");
         *self.map.write().expect("map lock") = Arc::new(topology);
         *self.refreshed.lock().expect("refresh lock") = Some(Instant::now());
@@ -196,10 +201,15 @@ impl Cluster {
     /// One command on memproxy's own connection: to the node it last used, else any master of
     /// the map, else the configured node.
     async fn admin(&self, cmd: Vec<Vec<u8>>) -> MemResult<Value> {
+        Ok(self.admin_at(cmd).await?.0)
+    }
+
+    /// [`Cluster::admin`], and the host of the node that answered.
+    async fn admin_at(&self, cmd: Vec<Vec<u8>>) -> MemResult<(Value, String)> {
         let mut guard = self.admin.lock().await;
-        if let Some(link) = guard.as_mut() {
+        if let Some((link, host)) = guard.as_mut() {
             match link.call1(cmd.clone()).await {
-                Ok(v) if link.broken.is_none() && link.owed == 0 => return Ok(v),
+                Ok(v) if link.broken.is_none() && link.owed == 0 => return Ok((v, host.clone())),
                 _ => *guard = None,
             }
         }
@@ -215,8 +225,9 @@ impl Cluster {
             match addr.admin(self.timeout).await {
                 Ok(mut link) => match link.call1(cmd.clone()).await {
                     Ok(v) => {
-                        *guard = Some(link);
-                        return Ok(v);
+                        let host = addr.host().unwrap_or_default();
+                        *guard = Some((link, host.clone()));
+                        return Ok((v, host));
                     }
                     Err(e) => last = e,
                 },
