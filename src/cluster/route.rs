@@ -49,13 +49,27 @@ fn eq(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
 }
 
+/// `name` lower-cased into `buf` (command names are short ASCII; a longer or odd one is
+/// nothing this table knows).
+fn lower<'a>(name: &[u8], buf: &'a mut [u8; 32]) -> &'a str {
+    if name.len() > buf.len() {
+        return "";
+    }
+    let out = &mut buf[..name.len()];
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    std::str::from_utf8(out).unwrap_or("")
+}
+
 /// What the session does with `args`.
 pub fn kind(args: &[Vec<u8>]) -> Kind {
     let name = args.first().map(Vec::as_slice).unwrap_or_default();
     let sub = args.get(1).map(Vec::as_slice).unwrap_or_default();
-    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-    match lower.as_str() {
-        n if n.starts_with("mem.") && n.len() > 4 => Kind::Mem,
+    if name.len() > 4 && name[..4].eq_ignore_ascii_case(b"mem.") {
+        return Kind::Mem;
+    }
+    let mut buf = [0u8; 32];
+    match lower(name, &mut buf) {
         "auth" | "hello" | "select" | "readonly" | "readwrite" => Kind::State,
         "client"
             if eq(sub, "setname")
@@ -129,17 +143,20 @@ pub fn keys_by_spec(spec: KeySpec, args: &[Vec<u8>]) -> Vec<&[u8]> {
 
 /// The command-table entry for `args`: `name|sub` when Redis lists the subcommand.
 pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
-    let name = String::from_utf8_lossy(args.first()?).to_ascii_lowercase();
+    let mut buf = [0u8; 32];
+    let name = lower(args.first()?, &mut buf);
+    let spec = cluster.key_spec(name);
+    // A container command (OBJECT, XINFO, MEMORY …) lists its keys per subcommand.
+    if spec.is_some_and(|s| s.first > 0 || s.movable) {
+        return spec;
+    }
     if let Some(sub) = args.get(1) {
-        let full = format!(
-            "{name}|{}",
-            String::from_utf8_lossy(sub).to_ascii_lowercase()
-        );
+        let full = format!("{name}|{}", String::from_utf8_lossy(sub).to_ascii_lowercase());
         if let Some(s) = cluster.key_spec(&full) {
             return Some(s);
         }
     }
-    cluster.key_spec(&name)
+    spec
 }
 
 /// The slot all `keys` share.
