@@ -373,6 +373,20 @@ fn a_moved_slot_is_followed() {
         .query(&mut d)
         .unwrap();
     assert_eq!(n, 0, "nothing of the slot stays on the old owner");
+    // A slot that no master serves: Redis Cluster's own CLUSTERDOWN, and the rest still served.
+    let mut dto = direct(to);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("DELSLOTS")
+        .arg(slot)
+        .query(&mut dto)
+        .unwrap();
+    let e = err(&mut c, &["GET", key]);
+    assert!(e.starts_with("CLUSTERDOWN"), "{e}");
+    let _: () = redis::cmd("SET")
+        .arg("{elsewhere}:k")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
     let _ = std::io::stdout().flush();
     let _ = Duration::from_secs(0);
     let _ = Value::Nil;

@@ -151,7 +151,10 @@ pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
         return spec;
     }
     if let Some(sub) = args.get(1) {
-        let full = format!("{name}|{}", String::from_utf8_lossy(sub).to_ascii_lowercase());
+        let full = format!(
+            "{name}|{}",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        );
         if let Some(s) = cluster.key_spec(&full) {
             return Some(s);
         }

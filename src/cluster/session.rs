@@ -38,6 +38,12 @@ const MEM_RETRIES: usize = 20;
 /// SCAN cursors carry the master's position in their low bits: cursor = node cursor × this + i.
 const SCAN_NODES: u64 = 1024;
 
+/// Where a plain request goes: a master, or the error line it is answered with.
+type Dest = Result<String, &'static str>;
+
+/// A slot no master serves, as Redis Cluster words it.
+const CLUSTERDOWN: &str = "CLUSTERDOWN Hash slot not served";
+
 /// A client's connection to one master.
 struct Node {
     stream: Stream,
@@ -201,7 +207,7 @@ impl Session {
 
     /// Serve a batch in order: runs of plain requests go out together.
     async fn batch(&mut self, batch: Vec<Cmd>) -> Result<(), Stop> {
-        let mut run: Vec<(Cmd, Option<String>)> = Vec::new();
+        let mut run: Vec<(Cmd, Dest)> = Vec::new();
         let mut batch = batch.into_iter();
         while let Some(args) = batch.next() {
             let kind = route::kind(&args);
@@ -213,12 +219,12 @@ impl Session {
                 continue;
             }
             if kind == Kind::Plain {
-                let node = match route::target(&self.cluster, &args).await {
-                    Target::Cross => None,
-                    Target::Any => Some(self.home().await?),
-                    Target::Slot(s) => self.master_of(s).await,
+                let dest = match route::target(&self.cluster, &args).await {
+                    Target::Cross => Err(CROSSSLOT),
+                    Target::Any => Ok(self.home().await?),
+                    Target::Slot(s) => self.master_of(s).await.ok_or(CLUSTERDOWN),
                 };
-                run.push((args, node));
+                run.push((args, dest));
                 continue;
             }
             self.plain_run(std::mem::take(&mut run)).await?;
@@ -407,13 +413,13 @@ impl Session {
     }
 
     /// Plain requests, sent together (one write per master), replies taken in order.
-    async fn plain_run(&mut self, run: Vec<(Cmd, Option<String>)>) -> Result<(), Stop> {
+    async fn plain_run(&mut self, run: Vec<(Cmd, Dest)>) -> Result<(), Stop> {
         if run.is_empty() {
             return Ok(());
         }
         let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
-        for (args, node) in &run {
-            if let Some(node) = node {
+        for (args, dest) in &run {
+            if let Ok(node) = dest {
                 match writes.iter_mut().find(|(n, _)| n == node) {
                     Some((_, w)) => encode(args, w),
                     None => {
@@ -427,27 +433,20 @@ impl Session {
         for (node, w) in &writes {
             self.send(node, w).await?;
         }
-        let mut replies: Vec<Option<BytesMut>> = Vec::with_capacity(run.len());
-        for (_, node) in &run {
-            replies.push(match node {
-                Some(node) => Some(self.frame(node).await?),
-                None => None,
+        let mut replies: Vec<Result<BytesMut, &'static str>> = Vec::with_capacity(run.len());
+        for (_, dest) in &run {
+            replies.push(match dest {
+                Ok(node) => Ok(self.frame(node).await?),
+                Err(line) => Err(*line),
             });
         }
         for ((args, _), reply) in run.into_iter().zip(replies) {
             match reply {
-                Some(f) => {
+                Ok(f) => {
                     let f = self.follow(&args, f).await?;
                     self.out.extend_from_slice(&f);
                 }
-                None => {
-                    let line = if args.is_empty() {
-                        "ERR empty request".to_string()
-                    } else {
-                        CROSSSLOT.to_string()
-                    };
-                    self.error(&line);
-                }
+                Err(line) => self.error(line),
             }
         }
         Ok(())
@@ -685,8 +684,8 @@ impl Session {
             }
         }
         if groups.len() == 1 {
-            let node = self.master_of(groups[0].0).await;
-            return self.plain_run(vec![(args, node)]).await;
+            let dest = self.master_of(groups[0].0).await.ok_or(CLUSTERDOWN);
+            return self.plain_run(vec![(args, dest)]).await;
         }
         let mut replies = Vec::with_capacity(groups.len());
         for (s, members) in &groups {
@@ -695,7 +694,7 @@ impl Session {
                 cmd.extend(items[i].iter().cloned());
             }
             let Some(node) = self.master_of(*s).await else {
-                self.error("CLUSTERDOWN Hash slot not served");
+                self.error(CLUSTERDOWN);
                 return Ok(());
             };
             replies.push(self.one(&node, &cmd).await?);
@@ -857,7 +856,7 @@ impl Session {
             Some(s) => match self.master_of(s).await {
                 Some(n) => n,
                 None => {
-                    self.error("CLUSTERDOWN Hash slot not served");
+                    self.error(CLUSTERDOWN);
                     return Ok(());
                 }
             },
