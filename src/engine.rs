@@ -236,8 +236,8 @@ impl Engine {
             crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
         }
         if link.node.is_none() && cmd.touches_data() {
-            // In cluster mode only a client session knows which master a verb belongs on.
-            self.single_only("MEM.* over HTTP and MCP")?;
+            // In cluster mode a verb runs on a connection to its user's master.
+            self.single_only("MEM.* on a connection to no particular master")?;
         }
         if client.db != 0 && cmd.touches_data() {
             return Err(MemError::client(format!(

@@ -3,6 +3,10 @@
 //! MEM.* reaches, on one upstream connection of memproxy's own per [`Verbs`] (the `--upstream`
 //! URL's user and database). Nothing here remembers, recalls or dedups by itself; it only turns
 //! replies into JSON.
+//!
+//! In cluster mode each call goes to the master of its user's slot, on a connection of
+//! memproxy's own to that master (one per master, opened when first needed), as a client
+//! session would send it.
 
 use std::time::Duration;
 
@@ -25,6 +29,8 @@ pub struct Verbs<'e> {
     engine: &'e Engine,
     link: Link,
     client: ClientState,
+    /// Cluster mode: a connection per master, by `host:port`.
+    nodes: std::collections::HashMap<String, Link>,
 }
 
 impl<'e> Verbs<'e> {
@@ -52,18 +58,45 @@ impl<'e> Verbs<'e> {
             engine,
             link,
             client,
+            nodes: std::collections::HashMap::new(),
         })
-    }
-
-    /// The upstream connection, for plain commands as this caller.
-    pub fn link(&mut self) -> &mut Link {
-        &mut self.link
     }
 
     /// Run one MEM.* request (`args[0]` is the verb) and give its reply as JSON.
     pub async fn run(&mut self, args: Vec<String>) -> Result<Value, VerbError> {
-        let args = args.into_iter().map(String::into_bytes).collect();
-        match self.engine.run(args, &self.client, &mut self.link).await {
+        let args: Vec<Vec<u8>> = args.into_iter().map(String::into_bytes).collect();
+        let link = match &self.engine.cluster {
+            None => &mut self.link,
+            Some(cluster) => {
+                let topology = cluster.topology();
+                let node = self
+                    .engine
+                    .mem_slot(&args)
+                    .and_then(|s| topology.master_of(s))
+                    .or_else(|| topology.masters.first())
+                    .cloned()
+                    .ok_or_else(|| VerbError {
+                        line: "ERR upstream: the cluster serves no slot".into(),
+                        fault: Fault::Upstream,
+                    })?;
+                if !self.nodes.contains_key(&node) {
+                    let timeout = Duration::from_millis(self.engine.config().op_timeout_ms);
+                    let mut link =
+                        cluster
+                            .addr_of(&node)
+                            .admin(timeout)
+                            .await
+                            .map_err(|e| VerbError {
+                                line: e.line(),
+                                fault: e.fault(),
+                            })?;
+                    link.node = Some(node.clone());
+                    self.nodes.insert(node.clone(), link);
+                }
+                self.nodes.get_mut(&node).expect("just opened")
+            }
+        };
+        match self.engine.run(args, &self.client, link).await {
             Ok(reply) => Ok(to_json(reply)),
             Err(e) => Err(VerbError {
                 line: e.line(),

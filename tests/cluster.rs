@@ -930,3 +930,74 @@ fn a_client_that_pipelines_across_slots_and_leaves_harms_nothing() {
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// One HTTP/1.1 request: (status, body).
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let body = body
+        .lines()
+        .find(|l| l.starts_with('{') || l.starts_with('['))
+        .unwrap_or(body)
+        .to_string();
+    (status, body)
+}
+
+#[test]
+fn the_guide_routes_work_in_front_of_a_cluster() {
+    let s = setup();
+    let port = free_port();
+    let _proxy = Proxy::start(&s.cluster.nodes[0].url(), |c| {
+        c.http_listen = Some(format!("127.0.0.1:{port}"));
+    });
+    let addr = format!("127.0.0.1:{port}");
+    eventually("the HTTP listener", || {
+        http(&addr, "GET", "/readyz", "").0 == 200
+    });
+    for user in users_on_every_master(s, &unique("web")) {
+        let scope = format!(r#""user":"{user}","namespace":"demo""#);
+        let (code, body) = http(&addr, "POST", "/reset", &format!("{{{scope}}}"));
+        assert_eq!(code, 200, "{body}");
+        let (code, body) = http(
+            &addr,
+            "POST",
+            "/turn",
+            &format!(
+                r#"{{{scope},"text":"I prefer concise answers without filler phrases.","kind":"semantic","role":"user"}}"#
+            ),
+        );
+        assert_eq!(code, 200, "{body}");
+        let (code, body) = http(
+            &addr,
+            "GET",
+            &format!("/state?user={user}&namespace=demo"),
+            "",
+        );
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["session"]["user"], user.as_str(), "{body}");
+        assert!(
+            v["memories"].as_array().is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+        // The documents are on the user's master, tagged with the user.
+        let mut d = direct(s.cluster.owner(&format!("{{{user}}}")));
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("agent:mem:{{{user}}}:*"))
+            .query(&mut d)
+            .unwrap();
+        assert!(!keys.is_empty());
+    }
+}

@@ -191,7 +191,13 @@ async fn state_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     let thread = c.thread(f).await?;
     let index = c.run(vec!["MEM.INFO".into()]).await?;
     let session = c
-        .run(vec!["MEM.SESSION".into(), "GET".into(), thread.clone()])
+        .run(vec![
+            "MEM.SESSION".into(),
+            "GET".into(),
+            thread.clone(),
+            "USER".into(),
+            f.user(),
+        ])
         .await?;
     let mut list = vec!["MEM.LIST".into()];
     list.extend(f.scope());
@@ -203,6 +209,8 @@ async fn state_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
             thread.clone(),
             "COUNT".into(),
             "50".into(),
+            "USER".into(),
+            f.user(),
         ])
         .await?;
     let last = c.demo.last.lock().unwrap().get(&f.key()).cloned();

@@ -253,12 +253,17 @@ fn to_args(name: &str, call: &Call<'_>, principal: &Principal) -> Result<Vec<Str
                         a.extend(["USER".into(), u.clone()]);
                     }
                 }
-                "get" | "end" => a.extend([action.to_ascii_uppercase(), call.need("thread")?]),
-                "goal" | "scratchpad" => a.extend([
-                    action.to_ascii_uppercase(),
-                    call.need("thread")?,
-                    call.need("text")?,
-                ]),
+                "get" | "end" | "goal" | "scratchpad" => {
+                    a.extend([action.to_ascii_uppercase(), call.need("thread")?]);
+                    if action == "goal" || action == "scratchpad" {
+                        a.push(call.need("text")?);
+                    }
+                    // The thread's user: checked against the session's, and how a cluster
+                    // finds the thread.
+                    if let Some(u) = &user {
+                        a.extend(["USER".into(), u.clone()]);
+                    }
+                }
                 other => {
                     return Err(ErrorData::invalid_params(
                         format!(
