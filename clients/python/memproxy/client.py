@@ -39,6 +39,11 @@ def _error(e: Exception) -> MemproxyError:
     return MemproxyError(code, msg)
 
 
+def _user(user: Optional[str]) -> List[Any]:
+    """`USER u` for the verbs on an existing thread, when the caller names its user."""
+    return ["USER", user] if user is not None else []
+
+
 def _scope(args: List[Any], user, namespace, kind=None, thread=None) -> None:
     for word, v in (("USER", user), ("NS", namespace), ("KIND", kind), ("THREAD", thread)):
         if v is not None:
@@ -233,9 +238,10 @@ class Memory:
         to the thread's session, log an event; one atomic step."""
         return Turn.parse(self._do(_Verbs.turn(thread, role, content, user, namespace, agent, remember, k, threshold, mode)))
 
-    def session(self, thread: str) -> Optional[Session]:
-        """MEM.SESSION GET: the thread's working memory, or None."""
-        v = self._do(["MEM.SESSION", "GET", thread])
+    def session(self, thread: str, *, user: Optional[str] = None) -> Optional[Session]:
+        """MEM.SESSION GET: the thread's working memory, or None. `user`: the thread's user (a
+        session of another user is refused; required in front of a Redis Cluster)."""
+        v = self._do(["MEM.SESSION", "GET", thread] + _user(user))
         return Session.parse(v) if v else None
 
     def start_session(self, thread: Optional[str] = None, *, user: Optional[str] = None,
@@ -244,17 +250,17 @@ class Memory:
         """MEM.SESSION START (or NEW without a thread): the thread id."""
         return text(as_map(self._do(_Verbs.session_start(thread, user, agent, goal, ttl))).get("thread")) or ""
 
-    def set_goal(self, thread: str, goal: str) -> None:
-        self._do(["MEM.SESSION", "GOAL", thread, goal])
+    def set_goal(self, thread: str, goal: str, *, user: Optional[str] = None) -> None:
+        self._do(["MEM.SESSION", "GOAL", thread, goal] + _user(user))
 
-    def set_scratchpad(self, thread: str, scratchpad: str) -> None:
-        self._do(["MEM.SESSION", "SCRATCHPAD", thread, scratchpad])
+    def set_scratchpad(self, thread: str, scratchpad: str, *, user: Optional[str] = None) -> None:
+        self._do(["MEM.SESSION", "SCRATCHPAD", thread, scratchpad] + _user(user))
 
-    def end_session(self, thread: str) -> int:
-        return int(self._do(["MEM.SESSION", "END", thread]))
+    def end_session(self, thread: str, *, user: Optional[str] = None) -> int:
+        return int(self._do(["MEM.SESSION", "END", thread] + _user(user)))
 
-    def events(self, thread: str, *, count: Optional[int] = None) -> List[Event]:
-        a: List[Any] = ["MEM.EVENTS", thread] + (["COUNT", int(count)] if count is not None else [])
+    def events(self, thread: str, *, count: Optional[int] = None, user: Optional[str] = None) -> List[Event]:
+        a: List[Any] = ["MEM.EVENTS", thread] + (["COUNT", int(count)] if count is not None else []) + _user(user)
         return [Event.parse(e) for e in self._do(a) or []]
 
     def forget(self, id: Optional[str] = None, *, user: Optional[str] = None,
@@ -283,13 +289,13 @@ class Memory:
         if not thread:
             raise ValueError(f"session {action} needs a thread")
         if action == "get":
-            return self.session(thread)
+            return self.session(thread, user=user)
         if action == "goal":
-            return self.set_goal(thread, text_ or "")
+            return self.set_goal(thread, text_ or "", user=user)
         if action == "scratchpad":
-            return self.set_scratchpad(thread, text_ or "")
+            return self.set_scratchpad(thread, text_ or "", user=user)
         if action == "end":
-            return self.end_session(thread)
+            return self.end_session(thread, user=user)
         raise ValueError(f"unknown session action {action!r}")
 
     def call_tool(self, name: str, arguments: Dict[str, Any]) -> Any:
@@ -329,24 +335,24 @@ class AsyncMemory:
                    remember=None, k=None, threshold=None, mode=None) -> Turn:
         return Turn.parse(await self._do(_Verbs.turn(thread, role, content, user, namespace, agent, remember, k, threshold, mode)))
 
-    async def session(self, thread: str) -> Optional[Session]:
-        v = await self._do(["MEM.SESSION", "GET", thread])
+    async def session(self, thread: str, *, user=None) -> Optional[Session]:
+        v = await self._do(["MEM.SESSION", "GET", thread] + _user(user))
         return Session.parse(v) if v else None
 
     async def start_session(self, thread=None, *, user=None, agent=None, goal=None, ttl=None) -> str:
         return text(as_map(await self._do(_Verbs.session_start(thread, user, agent, goal, ttl))).get("thread")) or ""
 
-    async def set_goal(self, thread: str, goal: str) -> None:
-        await self._do(["MEM.SESSION", "GOAL", thread, goal])
+    async def set_goal(self, thread: str, goal: str, *, user=None) -> None:
+        await self._do(["MEM.SESSION", "GOAL", thread, goal] + _user(user))
 
-    async def set_scratchpad(self, thread: str, scratchpad: str) -> None:
-        await self._do(["MEM.SESSION", "SCRATCHPAD", thread, scratchpad])
+    async def set_scratchpad(self, thread: str, scratchpad: str, *, user=None) -> None:
+        await self._do(["MEM.SESSION", "SCRATCHPAD", thread, scratchpad] + _user(user))
 
-    async def end_session(self, thread: str) -> int:
-        return int(await self._do(["MEM.SESSION", "END", thread]))
+    async def end_session(self, thread: str, *, user=None) -> int:
+        return int(await self._do(["MEM.SESSION", "END", thread] + _user(user)))
 
-    async def events(self, thread: str, *, count=None) -> List[Event]:
-        a: List[Any] = ["MEM.EVENTS", thread] + (["COUNT", int(count)] if count is not None else [])
+    async def events(self, thread: str, *, count=None, user=None) -> List[Event]:
+        a: List[Any] = ["MEM.EVENTS", thread] + (["COUNT", int(count)] if count is not None else []) + _user(user)
         return [Event.parse(e) for e in await self._do(a) or []]
 
     async def forget(self, id=None, *, user=None, namespace=None, kind=None) -> int:
@@ -370,13 +376,13 @@ class AsyncMemory:
         if not thread:
             raise ValueError(f"session {action} needs a thread")
         if action == "get":
-            return await self.session(thread)
+            return await self.session(thread, user=user)
         if action == "goal":
-            return await self.set_goal(thread, text_ or "")
+            return await self.set_goal(thread, text_ or "", user=user)
         if action == "scratchpad":
-            return await self.set_scratchpad(thread, text_ or "")
+            return await self.set_scratchpad(thread, text_ or "", user=user)
         if action == "end":
-            return await self.end_session(thread)
+            return await self.end_session(thread, user=user)
         raise ValueError(f"unknown session action {action!r}")
 
     async def call_tool(self, name: str, arguments: Dict[str, Any]) -> Any:
