@@ -112,8 +112,10 @@ pub const CHECK_EVERY: usize = 64;
 pub const SAME_VECTOR: f64 = 1e-4;
 
 /// Import JSON lines from `input`; `trust`: use the lines' own embeddings (checked, see above).
+///
+/// In front of a cluster each line goes to its user's master (see [`Verbs`]): `export` from one
+/// Redis and `import` into a cluster is how a deployment moves from one to the other.
 pub async fn import(engine: &Engine, input: impl BufRead, trust: bool) -> MemResult<Imported> {
-    engine.single_only("import")?;
     let mut verbs = Verbs::open(engine, None)
         .await
         .map_err(|e| MemError::upstream(e.line))?;

@@ -1001,3 +1001,105 @@ fn the_guide_routes_work_in_front_of_a_cluster() {
         assert!(!keys.is_empty());
     }
 }
+
+/// The memproxy binary with `args` (stdin from `input`): (success, stdout, stderr).
+fn memproxy_bin(args: &[&str], input: &str) -> (bool, String, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .args(args)
+        .env("MEMPROXY_DEPS", deps())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn memories_move_from_one_redis_into_a_cluster_by_export_and_import() {
+    let s = setup();
+    // One Redis with memories of users that will land on every master.
+    let single = Redis::start(&[]);
+    let users = users_on_every_master(s, &unique("move"));
+    {
+        let p = Proxy::start(&single.url(), |_| {});
+        let mut c = p.client();
+        for u in &users {
+            q(
+                &mut c,
+                &[
+                    "MEM.REMEMBER",
+                    "The user's cat is called Miso",
+                    "USER",
+                    u,
+                    "KIND",
+                    "semantic",
+                ],
+            );
+            q(
+                &mut c,
+                &[
+                    "MEM.REMEMBER",
+                    "The user flew to Lisbon last week",
+                    "USER",
+                    u,
+                ],
+            );
+        }
+    }
+    let (ok, out, err) = memproxy_bin(&["export", "--upstream", &single.url(), "--embeddings"], "");
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 6);
+    let (ok, _, err) = memproxy_bin(
+        &[
+            "import",
+            "--upstream",
+            &s.cluster.nodes[0].url(),
+            "--trust-embeddings",
+        ],
+        &out,
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("6 written"), "{err}");
+    let mut c = s.proxy.client();
+    for u in &users {
+        let listed = q(&mut c, &["MEM.LIST", "USER", u]);
+        assert_eq!(items(&listed).len(), 2, "{u}");
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "what is my cat's name?",
+                "USER",
+                u,
+                "MODE",
+                "vector",
+                "K",
+                "1",
+            ],
+        );
+        assert_eq!(
+            as_str(get(&items(&hits)[0], "text")),
+            "The user's cat is called Miso"
+        );
+    }
+    // The subcommands that do not cover a cluster yet say so.
+    let (ok, _, err) = memproxy_bin(&["export", "--upstream", &s.cluster.nodes[0].url()], "");
+    assert!(
+        !ok && err.contains("not available in cluster mode"),
+        "{err}"
+    );
+}
