@@ -37,10 +37,6 @@ impl Consolidator {
 
     /// Run every `consolidate_interval_seconds` until the task is dropped.
     pub async fn run_forever(&self, engine: &Engine) {
-        if let Err(e) = engine.single_only("the background consolidator") {
-            tracing::warn!(error = %e, "consolidator off");
-            return;
-        }
         let every = Duration::from_secs(engine.config().consolidate_interval_seconds);
         loop {
             tokio::time::sleep(every).await;
@@ -63,59 +59,94 @@ impl Consolidator {
         }
     }
 
-    /// One pass over every scope: (groups merged, memories removed).
+    /// One pass over every scope: (groups merged, memories removed). In front of a cluster,
+    /// every master's scopes, on a connection to that master.
     pub async fn run_once(&self, engine: &Engine) -> MemResult<(u64, u64)> {
         let cfg = engine.config();
         let store = &engine.store;
         store.ready().await?;
         let timeout = Duration::from_millis(cfg.op_timeout_ms);
-        let mut link = engine.upstream_addr().admin(timeout).await?;
-        let groups = ok(link
-            .call1(cmd(&[
-                "FT.AGGREGATE",
-                &store.keys.index,
-                "*",
-                "GROUPBY",
-                "3",
-                "@user",
-                "@namespace",
-                "@kind",
-                "LIMIT",
-                "0",
-                "1000000",
-                "DIALECT",
-                "2",
-            ]))
-            .await?)?;
         let (mut merged, mut removed) = (0, 0);
-        for row in array(&groups).iter().skip(1) {
-            let get = |f: &str| field(array(row), f).and_then(text);
-            let (Some(user), Some(namespace), Some(kind)) =
-                (get("user"), get("namespace"), get("kind"))
-            else {
-                continue;
+        for (keys, addr, node) in store.places(engine.upstream_addr()) {
+            let mut link = addr.admin(timeout).await?;
+            link.node = node.clone();
+            let scopes = if node.is_some() {
+                user_scopes(&mut link, &keys.index).await?
+            } else {
+                exact_scopes(&mut link, &keys.index).await?
             };
-            let Some(kind) = Kind::parse(&kind) else {
-                continue;
-            };
-            let scope = Scope {
-                user,
-                namespace,
-                kind: Some(kind),
-                thread: None,
-            };
-            let done = store
-                .consolidate(
-                    &mut link,
-                    &scope,
-                    cfg.consolidate_threshold,
-                    false,
-                    cfg.consolidate_redis_share,
-                )
-                .await?;
-            merged += done.len() as u64;
-            removed += done.iter().map(|m| m.merged.len() as u64).sum::<u64>();
+            for scope in scopes {
+                let done = store
+                    .consolidate(
+                        &mut link,
+                        &scope,
+                        cfg.consolidate_threshold,
+                        false,
+                        cfg.consolidate_redis_share,
+                    )
+                    .await?;
+                merged += done.len() as u64;
+                removed += done.iter().map(|m| m.merged.len() as u64).sum::<u64>();
+            }
         }
         Ok((merged, removed))
     }
+}
+
+/// Every (user, namespace, kind) of an index (FT.AGGREGATE … GROUPBY, which loads the fields).
+async fn exact_scopes(link: &mut crate::upstream::Link, index: &str) -> MemResult<Vec<Scope>> {
+    let groups = ok(link
+        .call1(cmd(&[
+            "FT.AGGREGATE",
+            index,
+            "*",
+            "GROUPBY",
+            "3",
+            "@user",
+            "@namespace",
+            "@kind",
+            "LIMIT",
+            "0",
+            "1000000",
+            "DIALECT",
+            "2",
+        ]))
+        .await?)?;
+    let mut scopes = Vec::new();
+    for row in array(&groups).iter().skip(1) {
+        let get = |f: &str| field(array(row), f).and_then(text);
+        let (Some(user), Some(namespace), Some(kind)) =
+            (get("user"), get("namespace"), get("kind"))
+        else {
+            continue;
+        };
+        let Some(kind) = Kind::parse(&kind) else {
+            continue;
+        };
+        scopes.push(Scope {
+            user,
+            namespace,
+            kind: Some(kind),
+            thread: None,
+        });
+    }
+    Ok(scopes)
+}
+
+/// Every user of a cluster master's index, each as one scope over all its namespaces and kinds
+/// (RediSearch cannot load documents there, so GROUPBY has nothing to group: the user TAG's
+/// values come from the index itself; consolidation still merges only within one exact
+/// user, namespace and kind).
+async fn user_scopes(link: &mut crate::upstream::Link, index: &str) -> MemResult<Vec<Scope>> {
+    let users = ok(link.call1(cmd(&["FT.TAGVALS", index, "user"])).await?)?;
+    Ok(array(&users)
+        .iter()
+        .filter_map(text)
+        .map(|user| Scope {
+            user,
+            namespace: String::new(),
+            kind: None,
+            thread: None,
+        })
+        .collect())
 }

@@ -37,23 +37,45 @@ pub struct Selection {
 }
 
 /// Write the selected memories to `out`, one JSON line each; returns how many.
+///
+/// In front of a cluster, every master's memories (each master's own index, on a connection of
+/// memproxy's own to it).
 pub async fn export(engine: &Engine, sel: &Selection, out: &mut impl Write) -> MemResult<usize> {
-    engine.single_only("export")?;
     let store = &engine.store;
     store.ready().await?;
     let timeout = Duration::from_millis(engine.config().op_timeout_ms);
-    let mut link = engine.upstream_addr().admin(timeout).await?;
+    let mut n = 0;
+    for (keys, addr, node) in store.places(engine.upstream_addr()) {
+        let mut link = addr.admin(timeout).await?;
+        link.node = node;
+        n += export_from(engine, sel, &keys, &mut link, out).await?;
+    }
+    out.flush()
+        .map_err(|e| MemError::Internal(format!("write: {e}")))?;
+    Ok(n)
+}
+
+/// The selected memories of one index (the single Redis's, or one master's).
+async fn export_from(
+    engine: &Engine,
+    sel: &Selection,
+    keys: &crate::store::keyspace::Keyspace,
+    link: &mut crate::upstream::Link,
+    out: &mut impl Write,
+) -> MemResult<usize> {
+    let store = &engine.store;
     let scope = sel.user.as_ref().map(|u| Scope {
         user: u.clone(),
         namespace: sel.namespace.clone().unwrap_or_default(),
         kind: sel.kind,
         thread: None,
     });
-    let mut pages = ScopeKeys::new(&store.keys, scope.as_ref());
+    let mut pages = ScopeKeys::new(keys, scope.as_ref());
     let model = &engine.embedder.info().name;
     let mut n = 0;
-    while let Some(keys) = pages.next(&mut link).await? {
-        for m in store.read_memories(&mut link, &keys).await? {
+    let link = &mut *link;
+    while let Some(keys) = pages.next(link).await? {
+        for m in store.read_memories(link, &keys).await? {
             let wanted = match &scope {
                 Some(s) => s.matches(&m.user, &m.namespace, &m.kind, None),
                 None => {
@@ -83,8 +105,6 @@ pub async fn export(engine: &Engine, sel: &Selection, out: &mut impl Write) -> M
             n += 1;
         }
     }
-    out.flush()
-        .map_err(|e| MemError::Internal(format!("write: {e}")))?;
     Ok(n)
 }
 

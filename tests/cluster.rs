@@ -1096,10 +1096,62 @@ fn memories_move_from_one_redis_into_a_cluster_by_export_and_import() {
             "The user's cat is called Miso"
         );
     }
+    // And out of the cluster again: export reads every master.
+    let node1 = s.cluster.nodes[1].url();
+    let (ok, out, err) = memproxy_bin(&["export", "--upstream", &node1, "--user", &users[2]], "");
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        out.contains(&format!("\"id\":\"{{{}}}:", users[2])),
+        "{out}"
+    );
     // The subcommands that do not cover a cluster yet say so.
-    let (ok, _, err) = memproxy_bin(&["export", "--upstream", &s.cluster.nodes[0].url()], "");
+    let (ok, _, err) = memproxy_bin(&["reembed", "--upstream", &node1], "");
     assert!(
         !ok && err.contains("not available in cluster mode"),
         "{err}"
     );
+}
+
+#[test]
+fn the_background_consolidator_covers_every_master() {
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |c| {
+        c.consolidate_interval_seconds = 1;
+        c.consolidate_redis_share = 0.5;
+    });
+    let s = Setup { cluster, proxy };
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(&s, "cons");
+    for u in &users {
+        for (text, kind) in [
+            ("The user drinks green tea every morning", "semantic"),
+            ("The user drinks green tea every morning.", "semantic"),
+            ("The user drinks green tea every morning", "episodic"),
+        ] {
+            q(
+                &mut c,
+                &["MEM.REMEMBER", text, "USER", u, "KIND", kind, "NODEDUP"],
+            );
+        }
+    }
+    eventually("a background pass over every master", || {
+        let i = q(&mut c, &["MEM.INFO"]);
+        as_i64(get(get(&i, "consolidator"), "memories_removed")) == 3
+    });
+    for u in &users {
+        let left = q(&mut c, &["MEM.LIST", "USER", u]);
+        let mut kinds: Vec<String> = items(&left)
+            .iter()
+            .map(|m| as_str(get(m, "kind")))
+            .collect();
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            ["episodic", "semantic"],
+            "{u}: the pair merged, the other kind kept"
+        );
+    }
+    let i = q(&mut c, &["MEM.INFO"]);
+    assert_eq!(get(get(&i, "consolidator"), "last_error"), &Value::Nil);
 }

@@ -199,6 +199,27 @@ impl Store {
         Some(site)
     }
 
+    /// Where every memory is, for tools that read them all (export, the consolidator): the
+    /// single upstream's key layout and address (`upstream`), or each master's, with the master
+    /// to put on the link (so the verbs run there know their index).
+    pub fn places(
+        &self,
+        upstream: &UpstreamAddr,
+    ) -> Vec<(Arc<Keyspace>, UpstreamAddr, Option<String>)> {
+        match self.cluster.get() {
+            None => vec![(self.keys.clone(), upstream.clone(), None)],
+            Some(c) => c
+                .topology()
+                .masters
+                .iter()
+                .filter_map(|m| {
+                    self.node_site(m)
+                        .map(|s| (s.keys.clone(), c.addr_of(m), Some(m.clone())))
+                })
+                .collect(),
+        }
+    }
+
     /// Every site: the single upstream, or each master of the cluster.
     pub fn all_sites(&self) -> Vec<Arc<Site>> {
         match self.cluster.get() {
