@@ -29,21 +29,53 @@ pub async fn reembed(
     engine: &Engine,
     mut progress: impl FnMut(usize, usize),
 ) -> MemResult<Reembedded> {
-    engine.single_only("reembed")?;
     let store = &engine.store;
     let timeout = Duration::from_millis(engine.config().op_timeout_ms);
-    let mut link = engine.upstream_addr().admin(timeout).await?;
-    let total =
-        match crate::store::scripts::ok(link.call1(cmd(&["FT.INFO", &store.keys.index])).await?) {
-            Ok(info) => crate::store::value::field(crate::store::value::array(&info), "num_docs")
-                .and_then(|v| crate::store::value::text(v).and_then(|t| t.parse().ok()))
-                .unwrap_or(0),
-            Err(e) => return Err(e),
-        };
-    let mut pages = ScopeKeys::new(&store.keys, None);
     let mut done = Reembedded::default();
-    while let Some(keys) = pages.next(&mut link).await? {
-        let memories = store.read_memories(&mut link, &keys).await?;
+    // One Redis, or each master of a cluster in turn (its own index).
+    let places = store.places(engine.upstream_addr());
+    let mut total = 0;
+    let mut links = Vec::new();
+    for (keys, addr, node) in places {
+        let mut link = addr.admin(timeout).await?;
+        link.node = node;
+        let info = crate::store::scripts::ok(link.call1(cmd(&["FT.INFO", &keys.index])).await?)?;
+        total += crate::store::value::field(crate::store::value::array(&info), "num_docs")
+            .and_then(|v| crate::store::value::text(v).and_then(|t| t.parse::<usize>().ok()))
+            .unwrap_or(0);
+        links.push((keys, link));
+    }
+    for (keys, mut link) in links {
+        reembed_index(engine, &keys, &mut link, &mut done, total, &mut progress).await?;
+    }
+    let probe = engine
+        .embedder
+        .embed(PROBE)
+        .await
+        .map_err(|e| MemError::Embedder(e.to_string()))?;
+    store
+        .write_stamp(&ModelStamp {
+            name: engine.embedder.info().name.clone(),
+            probe: probe.to_vec(),
+        })
+        .await?;
+    store.index_lost();
+    Ok(done)
+}
+
+/// Re-embed the memories of one index (the single Redis's, or one master's).
+async fn reembed_index(
+    engine: &Engine,
+    keys: &crate::store::keyspace::Keyspace,
+    link: &mut crate::upstream::Link,
+    done: &mut Reembedded,
+    total: usize,
+    progress: &mut impl FnMut(usize, usize),
+) -> MemResult<()> {
+    let store = &engine.store;
+    let mut pages = ScopeKeys::new(keys, None);
+    while let Some(keys) = pages.next(link).await? {
+        let memories = store.read_memories(link, &keys).await?;
         for chunk in memories.chunks(CONCURRENT) {
             let vectors =
                 futures::future::join_all(chunk.iter().map(|m| engine.embedder.embed(&m.text)))
@@ -90,17 +122,5 @@ pub async fn reembed(
         }
         progress(done.examined, total);
     }
-    let probe = engine
-        .embedder
-        .embed(PROBE)
-        .await
-        .map_err(|e| MemError::Embedder(e.to_string()))?;
-    store
-        .write_stamp(&ModelStamp {
-            name: engine.embedder.info().name.clone(),
-            probe: probe.to_vec(),
-        })
-        .await?;
-    store.index_lost();
-    Ok(done)
+    Ok(())
 }

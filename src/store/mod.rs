@@ -444,9 +444,12 @@ impl Store {
         Ok(Some(ModelStamp { name, probe }))
     }
 
-    /// Stamp the index with `model` (after a re-embedding; single mode).
+    /// Stamp every index with `model` (after a re-embedding: the one index, or each master's).
     pub async fn write_stamp(&self, model: &ModelStamp) -> MemResult<()> {
-        self.write_stamp_at(&self.single, model).await
+        for site in self.all_sites() {
+            self.write_stamp_at(&site, model).await?;
+        }
+        Ok(())
     }
 
     async fn write_stamp_at(&self, site: &Site, model: &ModelStamp) -> MemResult<()> {
