@@ -778,3 +778,153 @@ fn the_first_write_after_a_lost_index_is_applied_once() {
         assert_eq!(the_only_copy(&mut con, &user, text, way), 0, "{way:?}");
     }
 }
+
+/// A write whose reply times out (issue 27): the script was sent and is held by Redis (CLIENT
+/// PAUSE WRITE lets the read-only rights check through and holds the write script). The client
+/// gets a timeout error; memproxy does not send the write again, so when Redis runs it the turn
+/// is there once, and the connection stays in step (the late reply is discarded).
+#[test]
+fn a_write_whose_reply_times_out_is_applied_once() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 400);
+    let mut con = proxy.client();
+    let mut d = direct(&redis);
+    remember(&mut con, "The user keeps bees on the roof.", "late");
+    // The turn script is loaded (else the held call is an EVALSHA that answers NOSCRIPT after
+    // the timeout, and nothing runs).
+    q(
+        &mut con,
+        &[
+            "MEM.TURN",
+            "warm-thread",
+            "user",
+            "hello",
+            "USER",
+            "late",
+            "REMEMBER",
+            "SKIP",
+        ],
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("WRITE")
+        .query(&mut d)
+        .unwrap();
+    let e = err(
+        &mut con,
+        &[
+            "MEM.TURN",
+            "late-thread",
+            "user",
+            "I moved to Porto.",
+            "USER",
+            "late",
+            "REMEMBER",
+            "semantic",
+        ],
+    );
+    assert!(e.contains("timeout"), "{e}");
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut d).unwrap();
+    // The same connection goes on, in step; the held write ran once.
+    eventually("the held turn runs", || {
+        let s = q(&mut con, &["MEM.SESSION", "GET", "late-thread"]);
+        s != Value::Nil
+    });
+    let way: &[&str] = &["timeout"];
+    one_turn(&mut con, "late-thread", way);
+    assert_eq!(the_only_copy(&mut con, "late", "I moved to Porto.", way), 0);
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+/// A write whose connection is cut after the script was sent (issue 27): Redis drops the held
+/// script with the connection, the client gets an error and is closed, and nothing is written;
+/// the client's retry on a new connection writes it once.
+#[test]
+fn a_write_cut_off_after_sending_is_not_applied_and_its_retry_is_once() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 5000);
+    let mut d = direct(&redis);
+    let mut con = proxy.client();
+    remember(&mut con, "The user keeps bees on the roof.", "cut");
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("test-direct")
+        .query(&mut d)
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("WRITE")
+        .query(&mut d)
+        .unwrap();
+    let writer = std::thread::spawn(move || {
+        redis::cmd("MEM.REMEMBER")
+            .arg("The user collects vinyl records.")
+            .arg("USER")
+            .arg("cut")
+            .query::<Value>(&mut con)
+    });
+    // Once the script is held in Redis, cut that connection.
+    eventually("the write script is held", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut d).unwrap();
+        list.lines()
+            .any(|l| l.contains("cmd=evalsha") || l.contains("cmd=eval "))
+    });
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut d).unwrap();
+    for line in list
+        .lines()
+        .filter(|l| l.contains("cmd=evalsha") || l.contains("cmd=eval "))
+    {
+        let id = line.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query(&mut d)
+            .unwrap();
+    }
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut d).unwrap();
+    let r = writer.join().unwrap();
+    assert!(r.is_err(), "the client hears of it: {r:?}");
+    let mut again = proxy.client();
+    let found = q(
+        &mut again,
+        &[
+            "MEM.RECALL",
+            "vinyl records",
+            "USER",
+            "cut",
+            "MODE",
+            "vector",
+            "THRESHOLD",
+            "2",
+        ],
+    );
+    assert!(
+        items(&found)
+            .iter()
+            .all(|h| as_str(get(h, "text")) != "The user collects vinyl records."),
+        "the cut write did not happen"
+    );
+    let r = q(
+        &mut again,
+        &[
+            "MEM.REMEMBER",
+            "The user collects vinyl records.",
+            "USER",
+            "cut",
+        ],
+    );
+    assert_eq!(as_i64(get(&r, "deduped")), 0);
+    assert_eq!(
+        the_only_copy(
+            &mut again,
+            "cut",
+            "The user collects vinyl records.",
+            &["cut"]
+        ),
+        0
+    );
+}
