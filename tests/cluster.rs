@@ -931,30 +931,6 @@ fn a_client_that_pipelines_across_slots_and_leaves_harms_nothing() {
     assert_eq!(pong, "PONG");
 }
 
-/// One HTTP/1.1 request: (status, body).
-fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    use std::io::Read;
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    let body = body
-        .lines()
-        .find(|l| l.starts_with('{') || l.starts_with('['))
-        .unwrap_or(body)
-        .to_string();
-    (status, body)
-}
-
 #[test]
 fn the_guide_routes_work_in_front_of_a_cluster() {
     let s = setup();

@@ -162,3 +162,56 @@ fn an_unknown_master_is_named_in_the_error() {
     let v = q(&mut good.client(), &["MEM.PING"]);
     assert_eq!(format!("{v:?}").contains("PONG"), true, "{v:?}");
 }
+
+/// Sentinels all down at start (issue 27): memproxy starts, /readyz answers 503, a client gets
+/// one error line (not a hang); once the sentinels are up, new clients reach the primary and
+/// /readyz turns 200 — every upstream connection asks the sentinels again.
+#[test]
+fn sentinels_down_at_start_then_up() {
+    let primary = Redis::start(&[]);
+    let ports = [free_port(), free_port()];
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/late",
+        ports[0], ports[1]
+    );
+    let http_port = free_port();
+    let proxy = Proxy::start(&url, |c| {
+        c.http_listen = Some(format!("127.0.0.1:{http_port}"));
+    });
+    let base = format!("127.0.0.1:{http_port}");
+    until("the HTTP listener", 20, || {
+        http(&base, "GET", "/healthz", "").0 == 200
+    });
+    let (code, body) = http(&base, "GET", "/readyz", "");
+    assert_eq!(code, 503, "{body}");
+    let mut raw = proxy.raw();
+    raw.cmd(&[b"PING"]);
+    let line = raw.read_str();
+    assert!(line.starts_with("-ERR upstream unavailable"), "{line}");
+    assert!(!line.trim_end().contains('\n'), "one line: {line}");
+    // The sentinels come up (on the ports the URL names).
+    let _sentinels: Vec<Redis> = ports
+        .iter()
+        .map(|p| Redis::sentinel_on(*p, "late", primary.port))
+        .collect();
+    until("a new client reaches the primary", 30, || {
+        let Ok(c) = redis::Client::open(proxy.url()) else {
+            return false;
+        };
+        let Ok(mut con) = c.get_connection_with_timeout(Duration::from_secs(2)) else {
+            return false;
+        };
+        redis::cmd("MEM.REMEMBER")
+            .arg("The user's sentinel came back")
+            .arg("USER")
+            .arg("late")
+            .query::<Value>(&mut con)
+            .is_ok()
+    });
+    until("/readyz turns 200", 30, || {
+        http(&base, "GET", "/readyz", "").0 == 200
+    });
+    let mut d = direct(&primary);
+    let n: Vec<String> = redis::cmd("KEYS").arg("agent:mem:*").query(&mut d).unwrap();
+    assert_eq!(n.len(), 1, "written on the primary the sentinels name");
+}

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::process::Command;
 
 use common::*;
@@ -23,31 +22,6 @@ fn web_proxy(tokens: &[&str]) -> (Proxy, String) {
         http(&base, "GET", "/healthz", "").0 == 200
     });
     (proxy, base)
-}
-
-/// One HTTP/1.1 request: (status, body).
-fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let addr = base.trim_start_matches("http://");
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    // Chunked bodies: the JSON is on one chunk line.
-    let body = body
-        .lines()
-        .find(|l| l.starts_with('{') || l.starts_with('['))
-        .unwrap_or(body)
-        .to_string();
-    (status, body)
 }
 
 fn json(s: &str) -> Value {

@@ -159,7 +159,20 @@ impl Redis {
     /// 127.0.0.1:`primary` with quorum 2, quick to act: down after 1 s, failover timeout 3 s.
     pub fn sentinel(master: &str, primary: u16) -> Redis {
         for _ in 0..5 {
-            let port = free_port();
+            if let Some(r) = Redis::try_sentinel(free_port(), master, primary) {
+                return r;
+            }
+        }
+        panic!("redis-server --sentinel did not start")
+    }
+
+    /// [`Redis::sentinel`] on a given port.
+    pub fn sentinel_on(port: u16, master: &str, primary: u16) -> Redis {
+        Redis::try_sentinel(port, master, primary).expect("redis-server --sentinel did not start")
+    }
+
+    fn try_sentinel(port: u16, master: &str, primary: u16) -> Option<Redis> {
+        {
             let dir = std::env::temp_dir().join(format!(
                 "memproxy-test-sentinel-{}-{port}",
                 std::process::id()
@@ -192,11 +205,11 @@ impl Redis {
                 child: Some(spawn_from_keeper(cmd)),
             };
             if r.wait_ready(None) {
-                return r;
+                return Some(r);
             }
             r.kill();
         }
-        panic!("redis-server --sentinel did not start")
+        None
     }
 
     /// Wait until *this* server (checked by pid) answers; false if it exited or never answered.
@@ -761,4 +774,29 @@ pub fn wait_indexed(d: &mut redis::Connection) {
         let pct = as_str(get(&info, "percent_indexed"));
         pct == "1" || pct == "1.0"
     });
+}
+
+/// One HTTP/1.1 request to `base` (`http://host:port` or `host:port`): (status, body; a chunked
+/// body's JSON line).
+pub fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let addr = base.trim_start_matches("http://");
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let body = body
+        .lines()
+        .find(|l| l.starts_with('{') || l.starts_with('['))
+        .unwrap_or(body)
+        .to_string();
+    (status, body)
 }
