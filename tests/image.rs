@@ -137,4 +137,5 @@ fn the_image_builds_and_serves() {
     ] {
         buildah(&["rmi", "-f", image]);
     }
+    buildah(&["rmi", "--prune"]);
 }
