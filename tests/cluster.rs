@@ -1135,3 +1135,40 @@ fn the_background_consolidator_covers_every_master() {
     let i = q(&mut c, &["MEM.INFO"]);
     assert_eq!(get(get(&i, "consolidator"), "last_error"), &Value::Nil);
 }
+
+#[test]
+fn client_reply_off_and_skip_hold_over_every_master() {
+    let s = setup();
+    let u = unique("reply");
+    let mut raw = s.proxy.raw();
+    let mut bytes = Vec::new();
+    bytes.extend(encode(&[b"CLIENT", b"REPLY", b"OFF"]));
+    for i in 0..20 {
+        let k = format!("{u}:{i}");
+        bytes.extend(encode(&[b"SET", k.as_bytes(), b"quiet"]));
+    }
+    bytes.extend(encode(&[
+        b"MEM.REMEMBER",
+        b"The user likes quiet mornings",
+        b"USER",
+        u.as_bytes(),
+    ]));
+    bytes.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
+    bytes.extend(encode(&[b"GET", format!("{u}:7").as_bytes()]));
+    bytes.extend(encode(&[b"CLIENT", b"REPLY", b"SKIP"]));
+    bytes.extend(encode(&[b"INCR", format!("{u}:n").as_bytes()]));
+    bytes.extend(encode(&[b"INCR", format!("{u}:n").as_bytes()]));
+    raw.send(&bytes);
+    // Only ON's OK, the GET and the second INCR answer.
+    assert_eq!(raw.read(), b"+OK\r\n");
+    assert_eq!(raw.read(), b"$5\r\nquiet\r\n");
+    assert_eq!(raw.read(), b":2\r\n");
+    // Every silenced request ran.
+    let mut c = s.proxy.client();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg((0..20).map(|i| format!("{u}:{i}")).collect::<Vec<_>>())
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 20);
+    assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", &u])).len(), 1);
+}

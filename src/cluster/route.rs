@@ -30,6 +30,9 @@ pub enum Kind {
     Tunnel,
     /// A MEM.* verb.
     Mem,
+    /// CLIENT REPLY ON|OFF|SKIP: kept by the session (which drops the replies it should not
+    /// pass on); the masters always answer.
+    ClientReply,
     /// Not available through memproxy in cluster mode (one error line).
     Refused(&'static str),
 }
@@ -79,9 +82,7 @@ pub fn kind(args: &[Vec<u8>]) -> Kind {
         {
             Kind::State
         }
-        "client" if eq(sub, "reply") => {
-            Kind::Refused("ERR CLIENT REPLY is not supported by memproxy in cluster mode")
-        }
+        "client" if eq(sub, "reply") => Kind::ClientReply,
         "client" if eq(sub, "tracking") => {
             Kind::Refused("ERR CLIENT TRACKING is not supported by memproxy in cluster mode")
         }

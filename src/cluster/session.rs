@@ -84,6 +84,10 @@ struct Session {
     tx: Option<Tx>,
     /// The master a WATCH went to: the transaction must run there.
     watched: Option<String>,
+    /// CLIENT REPLY OFF: no replies go to the client.
+    reply_off: bool,
+    /// CLIENT REPLY SKIP: the next request's reply does not go to the client.
+    skip_next: bool,
     out: BytesMut,
     timeout: Duration,
     max_request: usize,
@@ -115,6 +119,8 @@ pub async fn serve(
         state: ClientState::default(),
         tx: None,
         watched: None,
+        reply_off: false,
+        skip_next: false,
         out: BytesMut::new(),
     };
     engine.metrics.clients.inc();
@@ -207,15 +213,26 @@ impl Session {
 
     /// Serve a batch in order: runs of plain requests go out together.
     async fn batch(&mut self, batch: Vec<Cmd>) -> Result<(), Stop> {
-        let mut run: Vec<(Cmd, Dest)> = Vec::new();
+        let mut run: Vec<(Cmd, Dest, bool)> = Vec::new();
         let mut batch = batch.into_iter();
         while let Some(args) = batch.next() {
             let kind = route::kind(&args);
+            if kind == Kind::ClientReply && self.tx.is_none() {
+                self.plain_run(std::mem::take(&mut run)).await?;
+                self.client_reply(&args);
+                continue;
+            }
+            // CLIENT REPLY OFF / SKIP: the request runs, its reply is not passed on.
+            let silent = self.reply_off || std::mem::take(&mut self.skip_next);
             if self.tx.is_some()
                 && !matches!(kind, Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch)
             {
                 self.plain_run(std::mem::take(&mut run)).await?;
+                let mark = self.out.len();
                 self.queue(args, kind).await;
+                if silent {
+                    self.out.truncate(mark);
+                }
                 continue;
             }
             if kind == Kind::Plain {
@@ -224,10 +241,11 @@ impl Session {
                     Target::Any => Ok(self.home().await?),
                     Target::Slot(s) => self.master_of(s).await.ok_or(CLUSTERDOWN),
                 };
-                run.push((args, dest));
+                run.push((args, dest, silent));
                 continue;
             }
             self.plain_run(std::mem::take(&mut run)).await?;
+            let mark = self.out.len();
             match kind {
                 Kind::Plain => unreachable!("handled above"),
                 Kind::State => self.state_cmd(args).await?,
@@ -264,10 +282,39 @@ impl Session {
                     return self.tunnel(args, rest).await;
                 }
                 Kind::Mem => self.mem(args).await?,
+                Kind::ClientReply => self.error(
+                    "ERR CLIENT REPLY inside MULTI is not supported by memproxy in cluster mode",
+                ),
                 Kind::Refused(line) => self.error(line),
+            }
+            if silent {
+                self.out.truncate(mark);
             }
         }
         self.plain_run(run).await
+    }
+
+    /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.
+    fn client_reply(&mut self, args: &[Vec<u8>]) {
+        let mode = args.get(2).map(|m| m.to_ascii_lowercase());
+        match (mode.as_deref(), args.len()) {
+            (Some(b"on"), 3) => {
+                self.reply_off = false;
+                self.skip_next = false;
+                self.out.extend_from_slice(b"+OK\r\n");
+            }
+            (Some(b"off"), 3) => self.reply_off = true,
+            (Some(b"skip"), 3) => {
+                if !self.reply_off {
+                    self.skip_next = true;
+                }
+            }
+            _ => {
+                if !self.reply_off && !std::mem::take(&mut self.skip_next) {
+                    self.error("ERR syntax error");
+                }
+            }
+        }
     }
 
     /// The master of `slot` (the map read again once if no master serves it).
@@ -413,12 +460,12 @@ impl Session {
     }
 
     /// Plain requests, sent together (one write per master), replies taken in order.
-    async fn plain_run(&mut self, run: Vec<(Cmd, Dest)>) -> Result<(), Stop> {
+    async fn plain_run(&mut self, run: Vec<(Cmd, Dest, bool)>) -> Result<(), Stop> {
         if run.is_empty() {
             return Ok(());
         }
         let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
-        for (args, dest) in &run {
+        for (args, dest, _) in &run {
             if let Ok(node) = dest {
                 match writes.iter_mut().find(|(n, _)| n == node) {
                     Some((_, w)) => encode(args, w),
@@ -434,19 +481,25 @@ impl Session {
             self.send(node, w).await?;
         }
         let mut replies: Vec<Result<BytesMut, &'static str>> = Vec::with_capacity(run.len());
-        for (_, dest) in &run {
+        for (_, dest, _) in &run {
             replies.push(match dest {
                 Ok(node) => Ok(self.frame(node).await?),
                 Err(line) => Err(*line),
             });
         }
-        for ((args, _), reply) in run.into_iter().zip(replies) {
+        for ((args, _, silent), reply) in run.into_iter().zip(replies) {
             match reply {
                 Ok(f) => {
                     let f = self.follow(&args, f).await?;
-                    self.out.extend_from_slice(&f);
+                    if !silent {
+                        self.out.extend_from_slice(&f);
+                    }
                 }
-                Err(line) => self.error(line),
+                Err(line) => {
+                    if !silent {
+                        self.error(line)
+                    }
+                }
             }
         }
         Ok(())
@@ -549,6 +602,9 @@ impl Session {
                 String::from_utf8_lossy(&args[0]).to_uppercase()
             )),
             Kind::Refused(l) => Some(l.to_string()),
+            Kind::ClientReply => Some(
+                "ERR CLIENT REPLY inside MULTI is not supported by memproxy in cluster mode".into(),
+            ),
             _ => None,
         };
         if let Some(line) = line {
@@ -685,7 +741,7 @@ impl Session {
         }
         if groups.len() == 1 {
             let dest = self.master_of(groups[0].0).await.ok_or(CLUSTERDOWN);
-            return self.plain_run(vec![(args, dest)]).await;
+            return self.plain_run(vec![(args, dest, false)]).await;
         }
         let mut replies = Vec::with_capacity(groups.len());
         for (s, members) in &groups {
