@@ -1172,3 +1172,65 @@ fn client_reply_off_and_skip_hold_over_every_master() {
     assert_eq!(n, 20);
     assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", &u])).len(), 1);
 }
+
+#[test]
+fn a_manual_failover_is_followed_by_clients_already_connected() {
+    let cluster = ClusterNodes::start_with_replicas(3, 1);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let user = (0..200)
+        .map(|i| format!("mf-{i}"))
+        .find(|u| cluster.owner(&format!("{{{u}}}")).port == cluster.nodes[1].port)
+        .unwrap();
+    let mut c = proxy.client();
+    let k = format!("{{{user}}}:k");
+    let _: () = redis::cmd("SET")
+        .arg(&k)
+        .arg("before")
+        .query(&mut c)
+        .unwrap();
+    let first = q(
+        &mut c,
+        &[
+            "MEM.REMEMBER",
+            "The user's boat is called Tern",
+            "USER",
+            &user,
+            "REPLICAS",
+            "1",
+        ],
+    );
+    // CLUSTER FAILOVER on master 1's replica: the two swap roles without losing a write.
+    let replica = &cluster.nodes[3 + 1];
+    let mut r = direct(replica);
+    let _: () = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut r).unwrap();
+    eventually("the replica is master", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut r)
+            .unwrap_or_default();
+        info.contains("role:master")
+    });
+    // The same client goes on: MOVED is followed, MEM.* find the new master.
+    let v: String = redis::cmd("GET").arg(&k).query(&mut c).unwrap();
+    assert_eq!(v, "before");
+    let _: () = redis::cmd("SET")
+        .arg(&k)
+        .arg("after")
+        .query(&mut c)
+        .unwrap();
+    let second = q(
+        &mut c,
+        &["MEM.REMEMBER", "The user sails on Sundays", "USER", &user],
+    );
+    let listed = q(&mut c, &["MEM.LIST", "USER", &user]);
+    let mut ids: Vec<String> = items(&listed)
+        .iter()
+        .map(|h| as_str(get(h, "id")))
+        .collect();
+    ids.sort();
+    let mut want = vec![as_str(get(&first, "id")), as_str(get(&second, "id"))];
+    want.sort();
+    assert_eq!(ids, want);
+    let v: String = redis::cmd("GET").arg(&k).query(&mut r).unwrap();
+    assert_eq!(v, "after", "the write went to the new master");
+}
