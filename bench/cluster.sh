@@ -33,7 +33,8 @@ PY
 }
 wait_ping() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 
-# start_cluster N: N masters with the modules, slots split evenly; prints their ports.
+# start_cluster N: N masters with the modules, slots split evenly; their ports in PORTS (not
+# printed: a command substitution's subshell would lose the PIDs to stop).
 start_cluster() {
   local n=$1 ports=() i
   for i in $(seq "$n"); do
@@ -53,7 +54,7 @@ start_cluster() {
   for p in "${ports[@]}"; do
     for _ in $(seq 200); do redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.1; done
   done
-  echo "${ports[@]}"
+  PORTS=("${ports[@]}")
 }
 
 # bench PORT [redis-benchmark args…]: "rps p50_ms" of a run sized to last about SECONDS_PER_CELL.
@@ -79,7 +80,8 @@ echo
 echo "| masters | what | target | requests/s | p50 ms | / baseline |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for n in 1 3; do
-  read -r -a ports <<<"$(start_cluster "$n")"
+  start_cluster "$n"
+  ports=("${PORTS[@]}")
   mp=$(port)
   ./target/release/memproxy --listen "127.0.0.1:$mp" --upstream "redis://127.0.0.1:${ports[0]}" --log warn &
   PIDS+=($!)
