@@ -1234,3 +1234,66 @@ fn a_manual_failover_is_followed_by_clients_already_connected() {
     let v: String = redis::cmd("GET").arg(&k).query(&mut r).unwrap();
     assert_eq!(v, "after", "the write went to the new master");
 }
+
+#[test]
+fn a_transaction_memproxy_queues_is_bounded() {
+    let s = setup();
+    let proxy = Proxy::start(&s.cluster.nodes[0].url(), |c| c.max_request_bytes = 4096);
+    let mut c = proxy.client();
+    let k = format!("{{{}}}:tx", unique("big"));
+    let big = "x".repeat(3000);
+    let r: redis::RedisResult<Vec<String>> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg(&k)
+        .arg(&big)
+        .cmd("SET")
+        .arg(&k)
+        .arg(&big)
+        .query(&mut c);
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("max_request_bytes") || e.contains("EXECABORT"),
+        "{e}"
+    );
+    let n: i64 = redis::cmd("EXISTS").arg(&k).query(&mut c).unwrap();
+    assert_eq!(n, 0, "nothing of the refused transaction ran");
+    // The connection goes on.
+    let _: () = redis::cmd("SET")
+        .arg(&k)
+        .arg("small")
+        .query(&mut c)
+        .unwrap();
+}
+
+#[test]
+fn large_replies_to_a_cross_slot_pipeline_arrive_whole_and_in_order() {
+    let s = setup();
+    let proxy = Proxy::start(&s.cluster.nodes[0].url(), |c| {
+        c.client_buffer_bytes = 64 * 1024
+    });
+    let u = unique("large");
+    let mut c = proxy.client();
+    let value = "v".repeat(100_000);
+    for i in 0..30 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{u}:{i}"))
+            .arg(format!("{i}{value}"))
+            .query(&mut c)
+            .unwrap();
+    }
+    let mut raw = proxy.raw();
+    let mut bytes = Vec::new();
+    for i in 0..30 {
+        bytes.extend(encode(&[b"GET", format!("{u}:{i}").as_bytes()]));
+    }
+    raw.send(&bytes);
+    for i in 0..30 {
+        let want = format!("{i}{value}");
+        assert_eq!(
+            raw.read(),
+            format!("${}\r\n{want}\r\n", want.len()).into_bytes(),
+            "reply {i}"
+        );
+    }
+}

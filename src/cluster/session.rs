@@ -66,6 +66,8 @@ struct Tx {
     slot: Option<u16>,
     /// A command was refused while queueing: EXEC answers EXECABORT.
     failed: bool,
+    /// Bytes of the queued commands' arguments (bounded by `max_request_bytes`).
+    bytes: usize,
 }
 
 struct Session {
@@ -480,25 +482,50 @@ impl Session {
         for (node, w) in &writes {
             self.send(node, w).await?;
         }
-        let mut replies: Vec<Result<BytesMut, &'static str>> = Vec::with_capacity(run.len());
-        for (_, dest, _) in &run {
-            replies.push(match dest {
+        // Replies in request order, passed on as they come (the client is written to once
+        // `client_buffer_bytes` are waiting, so a client that does not read holds the rest in
+        // Redis, not here). At the first redirection every later reply is read first, so that
+        // the connections are idle when the redirected requests are sent again.
+        let mut replies: Vec<Result<BytesMut, &'static str>> = Vec::new();
+        for (i, (_, dest, _)) in run.iter().enumerate() {
+            let reply = match dest {
                 Ok(node) => Ok(self.frame(node).await?),
                 Err(line) => Err(*line),
-            });
+            };
+            let redirected = matches!(&reply, Ok(f) if redirect(f).is_some());
+            if redirected || !replies.is_empty() {
+                replies.push(reply);
+                continue;
+            }
+            self.pass_on(&run[i].0, reply, run[i].2).await?;
+            if self.out.len() >= self.buffer {
+                self.flush().await?;
+            }
         }
-        for ((args, _, silent), reply) in run.into_iter().zip(replies) {
-            match reply {
-                Ok(f) => {
-                    let f = self.follow(&args, f).await?;
-                    if !silent {
-                        self.out.extend_from_slice(&f);
-                    }
+        let done = run.len() - replies.len();
+        for ((args, _, silent), reply) in run.into_iter().skip(done).zip(replies) {
+            self.pass_on(&args, reply, silent).await?;
+        }
+        Ok(())
+    }
+
+    /// One plain request's reply to the client (redirections followed first), unless silenced.
+    async fn pass_on(
+        &mut self,
+        args: &[Vec<u8>],
+        reply: Result<BytesMut, &'static str>,
+        silent: bool,
+    ) -> Result<(), Stop> {
+        match reply {
+            Ok(f) => {
+                let f = self.follow(args, f).await?;
+                if !silent {
+                    self.out.extend_from_slice(&f);
                 }
-                Err(line) => {
-                    if !silent {
-                        self.error(line)
-                    }
+            }
+            Err(line) => {
+                if !silent {
+                    self.error(line)
                 }
             }
         }
@@ -628,10 +655,16 @@ impl Session {
             },
             Target::Any => false,
         };
+        let size: usize = args.iter().map(Vec::len).sum();
         if refused {
             tx.failed = true;
             self.error(CROSSSLOT);
+        } else if tx.bytes + size > self.max_request {
+            // memproxy holds the transaction until EXEC: it holds at most one request's worth.
+            tx.failed = true;
+            self.error("ERR the transaction is larger than max_request_bytes (memproxy queues it until EXEC in cluster mode)");
         } else {
+            tx.bytes += size;
             tx.cmds.push(args);
             self.out.extend_from_slice(b"+QUEUED\r\n");
         }
