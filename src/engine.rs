@@ -106,6 +106,14 @@ impl Engine {
         if !on {
             return Ok(None);
         }
+        if cfg.mem_index_name.contains(['{', '}']) {
+            // Each master's index is `<name>{n}`: a tag of the name's own would fix every one
+            // of them to one slot.
+            return Err(StartError::Upstream(format!(
+                "cluster: mem_index_name '{}' must not contain '{{' or '}}' (memproxy gives each master's index a hash tag of its own)",
+                cfg.mem_index_name
+            )));
+        }
         let c = crate::cluster::Cluster::connect(upstream.clone(), timeout)
             .await
             .map_err(|e| StartError::Upstream(format!("cluster: {e}")))?;

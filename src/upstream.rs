@@ -142,11 +142,10 @@ impl UpstreamAddr {
     pub fn at(&self, host: &str, port: u16) -> UpstreamAddr {
         let mut a = self.clone();
         a.target = Target::Tcp(host.to_string(), port);
-        if let Some((connector, name)) = &mut a.tls {
+        if let Some((_, name)) = &mut a.tls {
             if let Ok(n) = rustls::pki_types::ServerName::try_from(host.to_string()) {
                 *name = n;
             }
-            let _ = connector;
         }
         a.db = 0;
         a

@@ -24,6 +24,15 @@ pub struct VerbError {
     pub fault: Fault,
 }
 
+impl From<crate::error::MemError> for VerbError {
+    fn from(e: crate::error::MemError) -> VerbError {
+        VerbError {
+            line: e.line(),
+            fault: e.fault(),
+        }
+    }
+}
+
 /// A caller's MEM.* calls (one HTTP request's, one import's), on one upstream connection.
 pub struct Verbs<'e> {
     engine: &'e Engine,
@@ -38,14 +47,7 @@ impl<'e> Verbs<'e> {
     /// `bind_scope_to_acl_user` binds a Redis connection.
     pub async fn open(engine: &'e Engine, bound: Option<String>) -> Result<Verbs<'e>, VerbError> {
         let timeout = Duration::from_millis(engine.config().op_timeout_ms);
-        let link = engine
-            .upstream_addr()
-            .admin(timeout)
-            .await
-            .map_err(|e| VerbError {
-                line: e.line(),
-                fault: e.fault(),
-            })?;
+        let link = engine.upstream_addr().admin(timeout).await?;
         let client = ClientState {
             protocol: Protocol::Resp3,
             authenticated: true,
@@ -81,28 +83,14 @@ impl<'e> Verbs<'e> {
                     })?;
                 if !self.nodes.contains_key(&node) {
                     let timeout = Duration::from_millis(self.engine.config().op_timeout_ms);
-                    let mut link =
-                        cluster
-                            .addr_of(&node)
-                            .admin(timeout)
-                            .await
-                            .map_err(|e| VerbError {
-                                line: e.line(),
-                                fault: e.fault(),
-                            })?;
+                    let mut link = cluster.addr_of(&node).admin(timeout).await?;
                     link.node = Some(node.clone());
                     self.nodes.insert(node.clone(), link);
                 }
                 self.nodes.get_mut(&node).expect("just opened")
             }
         };
-        match self.engine.run(args, &self.client, link).await {
-            Ok(reply) => Ok(to_json(reply)),
-            Err(e) => Err(VerbError {
-                line: e.line(),
-                fault: e.fault(),
-            }),
-        }
+        Ok(to_json(self.engine.run(args, &self.client, link).await?))
     }
 }
 

@@ -4,34 +4,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::*;
 use serde_json::Value;
-
-/// Run the binary with `args`; (success, stdout, stderr).
-fn memproxy(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_memproxy"));
-    c.args(args)
-        .env("MEMPROXY_DEPS", deps())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    {
-        use std::io::Write;
-        let mut i = child.stdin.take().unwrap();
-        if let Some(s) = stdin {
-            i.write_all(s.as_bytes()).unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// `memproxy export --user user --embeddings` from the Redis at `url`.
 fn export_with_embeddings(url: &str, user: &str) -> (bool, String, String) {

@@ -106,7 +106,6 @@ pub fn kind(args: &[Vec<u8>]) -> Kind {
         }
         "scan" => Kind::Scan,
         "subscribe" | "psubscribe" | "ssubscribe" | "monitor" | "sync" | "psync" => Kind::Tunnel,
-        "msetnx" => Kind::Plain,
         _ => Kind::Plain,
     }
 }

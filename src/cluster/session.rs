@@ -249,7 +249,8 @@ impl Session {
             self.plain_run(std::mem::take(&mut run)).await?;
             let mark = self.out.len();
             match kind {
-                Kind::Plain => unreachable!("handled above"),
+                // Plain requests join the run, CLIENT REPLY is kept above (and refused in MULTI).
+                Kind::Plain | Kind::ClientReply => unreachable!("handled above"),
                 Kind::State => self.state_cmd(args).await?,
                 Kind::Reset => {
                     self.everywhere(args).await?;
@@ -284,9 +285,6 @@ impl Session {
                     return self.tunnel(args, rest).await;
                 }
                 Kind::Mem => self.mem(args).await?,
-                Kind::ClientReply => self.error(
-                    "ERR CLIENT REPLY inside MULTI is not supported by memproxy in cluster mode",
-                ),
                 Kind::Refused(line) => self.error(line),
             }
             if silent {
@@ -788,9 +786,33 @@ impl Session {
             };
             replies.push(self.one(&node, &cmd).await?);
         }
+        // MGET: each group's values back in the request's key order.
+        self.merge(&replies, merge, |out| {
+            let mut placed: Vec<&[u8]> = vec![b"$-1\r\n"; items.len()];
+            for ((_, members), f) in groups.iter().zip(&replies) {
+                for (&i, e) in members.iter().zip(elements(f)?) {
+                    placed[i] = e;
+                }
+            }
+            out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+            placed.iter().for_each(|e| out.extend_from_slice(e));
+            Some(())
+        });
+        Ok(())
+    }
+
+    /// Replies of several masters as one: the first error, else summed (`Sum`), the first
+    /// (`First`), or as `concat` writes them (`Concat`; a reply that is not an array passes on
+    /// as it is).
+    fn merge(
+        &mut self,
+        replies: &[BytesMut],
+        merge: Merge,
+        concat: impl FnOnce(&mut BytesMut) -> Option<()>,
+    ) {
         if let Some(e) = replies.iter().find(|f| f.first() == Some(&b'-')) {
             self.out.extend_from_slice(e);
-            return Ok(());
+            return;
         }
         match merge {
             Merge::Sum => {
@@ -799,27 +821,16 @@ impl Session {
             }
             Merge::First => self.out.extend_from_slice(&replies[0]),
             Merge::Concat => {
-                let mut placed: Vec<Option<Vec<u8>>> = vec![None; items.len()];
-                for ((_, members), f) in groups.iter().zip(&replies) {
-                    let Some(elems) = elements(f) else {
-                        self.out.extend_from_slice(f);
-                        return Ok(());
-                    };
-                    for (&i, e) in members.iter().zip(elems) {
-                        placed[i] = Some(e.to_vec());
-                    }
-                }
-                self.out
-                    .extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
-                for p in placed {
-                    match p {
-                        Some(e) => self.out.extend_from_slice(&e),
-                        None => self.out.extend_from_slice(b"$-1\r\n"),
+                let mut out = BytesMut::new();
+                match concat(&mut out) {
+                    Some(()) => self.out.extend_from_slice(&out),
+                    None => {
+                        let odd = replies.iter().find(|f| elements(f).is_none());
+                        self.out.extend_from_slice(odd.unwrap_or(&replies[0]));
                     }
                 }
             }
         }
-        Ok(())
     }
 
     /// KEYS, DBSIZE, FLUSHALL, FLUSHDB, SCRIPT LOAD|FLUSH, FUNCTION …: every master.
@@ -829,33 +840,17 @@ impl Session {
         for m in &masters {
             replies.push(self.one(m, &args).await?);
         }
-        if let Some(e) = replies.iter().find(|f| f.first() == Some(&b'-')) {
-            self.out.extend_from_slice(e);
-            return Ok(());
-        }
-        match merge {
-            Merge::Sum => {
-                let total: i64 = replies.iter().filter_map(|f| int_of(f)).sum();
-                Reply::Int(total).encode(self.state.protocol, &mut self.out);
-            }
-            Merge::First => self.out.extend_from_slice(&replies[0]),
-            Merge::Concat => {
-                let mut all: Vec<Vec<u8>> = Vec::new();
-                for f in &replies {
-                    all.extend(
-                        elements(f)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(<[u8]>::to_vec),
-                    );
-                }
-                self.out
-                    .extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
-                for e in all {
-                    self.out.extend_from_slice(&e);
-                }
-            }
-        }
+        // KEYS: every master's keys, one array.
+        self.merge(&replies, merge, |out| {
+            let all = replies
+                .iter()
+                .map(|f| elements(f))
+                .collect::<Option<Vec<_>>>()?
+                .concat();
+            out.extend_from_slice(format!("*{}\r\n", all.len()).as_bytes());
+            all.iter().for_each(|e| out.extend_from_slice(e));
+            Some(())
+        });
         Ok(())
     }
 

@@ -83,16 +83,6 @@ impl Topology {
         let i = *self.slots.get(slot as usize)?;
         self.masters.get(i as usize)
     }
-
-    /// A slot `master` serves, if any (for names that must live there, e.g. its index).
-    pub fn slots_of(&self, master: &str) -> impl Iterator<Item = u16> + '_ {
-        let i = self.masters.iter().position(|a| a == master);
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(move |(_, m)| Some(**m as usize) == i)
-            .map(|(s, _)| s as u16)
-    }
 }
 
 /// Where a command's keys are, as `COMMAND` reports it.
@@ -133,7 +123,7 @@ impl Cluster {
         let table = c.admin(vec![b"COMMAND".to_vec()]).await?;
         let mut commands = HashMap::new();
         for entry in v::array(&table) {
-            add_command(&mut commands, entry, None);
+            add_command(&mut commands, entry);
         }
         *c.commands.write().expect("commands lock") = commands;
         Ok(c)
@@ -239,7 +229,7 @@ impl Cluster {
 }
 
 /// One `COMMAND` entry (and its subcommands, as `name|sub`) into the table.
-fn add_command(table: &mut HashMap<String, KeySpec>, entry: &Value, _parent: Option<&str>) {
+fn add_command(table: &mut HashMap<String, KeySpec>, entry: &Value) {
     let e = v::array(entry);
     let Some(name) = e.first().and_then(v::text) else {
         return;
@@ -257,7 +247,7 @@ fn add_command(table: &mut HashMap<String, KeySpec>, entry: &Value, _parent: Opt
     table.insert(name.to_ascii_lowercase(), spec);
     if let Some(subs) = e.get(9) {
         for s in v::array(subs) {
-            add_command(table, s, Some(&name));
+            add_command(table, s);
         }
     }
 }

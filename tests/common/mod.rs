@@ -357,8 +357,7 @@ impl ClusterNodes {
 
     /// Node `i`'s cluster id.
     pub fn id(&self, i: usize) -> String {
-        let mut c = direct(&self.nodes[i]);
-        redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap()
+        node_id(&self.nodes[i])
     }
 
     /// Until every node says the cluster is ok and knows every master.
@@ -379,6 +378,59 @@ impl ClusterNodes {
         });
     }
 
+    /// `key`'s hash slot, as the cluster computes it.
+    pub fn keyslot(&self, key: &str) -> i64 {
+        let mut c = direct(&self.nodes[0]);
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut c)
+            .unwrap()
+    }
+
+    /// Start moving `slot` from `from` to `to` as `redis-cli --cluster reshard` does: IMPORTING
+    /// on the target, MIGRATING on the source. Then [`ClusterNodes::migrate_keys`] and
+    /// [`ClusterNodes::end_move`].
+    pub fn begin_move(&self, slot: i64, from: &Redis, to: &Redis) {
+        set_slot(to, slot, "IMPORTING", &node_id(from));
+        set_slot(from, slot, "MIGRATING", &node_id(to));
+    }
+
+    /// Every key of `slot` from `from` to `to` by MIGRATE, `batch` at a time, `pause` after each.
+    pub fn migrate_keys(&self, slot: i64, from: &Redis, to: &Redis, batch: usize, pause: Duration) {
+        let mut d = direct(from);
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(batch)
+                .query(&mut d)
+                .unwrap();
+            if keys.is_empty() {
+                return;
+            }
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to.port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut d)
+                .unwrap();
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// Every node is told `to` serves `slot`.
+    pub fn end_move(&self, slot: i64, to: &Redis) {
+        let id = node_id(to);
+        for n in &self.nodes {
+            set_slot(n, slot, "NODE", &id);
+        }
+    }
+
     /// The node that serves `key`'s slot.
     pub fn owner(&self, key: &str) -> &Redis {
         let mut c = direct(&self.nodes[0]);
@@ -392,6 +444,48 @@ impl ClusterNodes {
         let i = ((slot / per) as usize).min(masters - 1);
         &self.nodes[i]
     }
+}
+
+/// Run the binary with `args`; (success, stdout, stderr).
+pub fn memproxy(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memproxy"));
+    c.args(args)
+        .env("MEMPROXY_DEPS", deps())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A cluster node's id.
+pub fn node_id(node: &Redis) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut direct(node))
+        .unwrap()
+}
+
+/// CLUSTER SETSLOT `slot` `how` `id` on `node`.
+fn set_slot(node: &Redis, slot: i64, how: &str, id: &str) {
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(how)
+        .arg(id)
+        .query(&mut direct(node))
+        .unwrap();
 }
 
 /// Spawn children from one thread that never exits, so PR_SET_PDEATHSIG fires only when the
