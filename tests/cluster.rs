@@ -1186,3 +1186,20 @@ fn large_replies_to_a_cross_slot_pipeline_arrive_whole_and_in_order() {
         );
     }
 }
+
+#[test]
+fn a_braced_index_name_is_refused_in_cluster_mode() {
+    let s = setup();
+    let url = s.cluster.nodes[0].url();
+    let args = [
+        "--upstream",
+        &url,
+        "--listen",
+        "127.0.0.1:0",
+        "--mem-index-name",
+        "idx{x}",
+    ];
+    let (ok, _, err) = memproxy(&args, None);
+    assert!(!ok, "{err}");
+    assert!(err.contains("must not contain"), "{err}");
+}
