@@ -92,6 +92,16 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_WRITE_FSYNC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_fsync: Option<bool>,
+    /// `redis+sentinel://` upstreams: the sentinels' own password (`requirepass` in their
+    /// sentinel.conf), not Redis's [default: none].
+    #[arg(long, env = "MEMPROXY_SENTINEL_PASSWORD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel_password: Option<String>,
+    /// `redis+sentinel://` upstreams: the sentinels' ACL user, with `sentinel_password`
+    /// [default: default].
+    #[arg(long, env = "MEMPROXY_SENTINEL_USER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel_user: Option<String>,
     /// The upstream is a Redis Cluster node: route by slot (true), never (false) [default:
     /// detected from the node at start].
     #[arg(long, env = "MEMPROXY_CLUSTER")]
@@ -269,6 +279,10 @@ pub struct Config {
     pub max_text_bytes: usize,
     /// A connection authenticated as ACL user U may only use `USER U`.
     pub bind_scope_to_acl_user: bool,
+    /// `redis+sentinel://` upstreams: the sentinels' own password and ACL user (theirs, not
+    /// Redis's, which go in the URL).
+    pub sentinel_password: Option<String>,
+    pub sentinel_user: Option<String>,
     /// `rediss://` upstreams: CA bundle (PEM) to verify the server with (default: system roots).
     pub tls_ca_file: Option<PathBuf>,
     /// `rediss://` upstreams: client certificate and key (PEM), for servers that ask for one.
@@ -362,6 +376,8 @@ impl Default for Config {
             index_recheck_ms: 5_000,
             max_text_bytes: 1024 * 1024,
             bind_scope_to_acl_user: false,
+            sentinel_password: None,
+            sentinel_user: None,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,

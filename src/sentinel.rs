@@ -1,8 +1,13 @@
 //! Redis Sentinel: where the primary of a monitored master is now.
 //!
 //! `redis+sentinel://host:port[,host:port…]/master-name` names sentinels, not Redis. Every new
-//! upstream connection (a client's, memproxy's own) asks them, in order, `SENTINEL
-//! get-master-addr-by-name`, and connects to the answer. A failover is followed without any
+//! upstream connection (a client's, memproxy's own) asks them all at once `SENTINEL
+//! get-master-addr-by-name` (after `AUTH` when `sentinel_password` is set) and connects to the
+//! address a majority of the named sentinels give; when no majority answers alike (sentinels cut
+//! off from each other, one left behind by a failover), the address most of those that answered
+//! give, the first-listed sentinel's on a tie, and a warning names the disagreement. A lone
+//! stale sentinel listed first therefore no longer sends clients to a demoted primary. A failover
+//! is followed without any
 //! state here: Sentinel disconnects the demoted primary's clients (`CLIENT KILL TYPE normal`) and a
 //! killed primary drops them, so memproxy closes those clients as for any upstream loss, and their
 //! reconnections, asking again, reach the promoted replica.
@@ -19,6 +24,9 @@ use crate::upstream::{Link, ReplyMode};
 pub struct Sentinels {
     pub addrs: Vec<(String, u16)>,
     pub master: String,
+    /// The sentinels' own ACL user and password (`sentinel_user`, `sentinel_password`), when
+    /// they ask for one (`requirepass` in sentinel.conf); not Redis's.
+    pub auth: Option<(Option<String>, String)>,
 }
 
 impl Sentinels {
@@ -72,27 +80,72 @@ impl Sentinels {
             Sentinels {
                 addrs,
                 master: master.to_string(),
+                auth: None,
             },
             user,
             password,
         ))
     }
 
-    /// The primary's address, from the first sentinel that knows the master; every sentinel's
-    /// failure named when none does.
+    /// The primary's address: the one a majority of the sentinels give (asked all at once,
+    /// answering as soon as a majority agree), else the most common answer (the first-listed
+    /// sentinel's on a tie); every sentinel's failure named when none answers.
     pub async fn primary(&self, timeout: Duration) -> Result<(String, u16), String> {
+        use futures::StreamExt;
+        let mut asks: futures::stream::FuturesUnordered<_> = self
+            .addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (host, port))| async move {
+                (i, host, *port, self.ask(host, *port, timeout).await)
+            })
+            .collect();
+        let majority = self.addrs.len() / 2 + 1;
+        let mut answers: Vec<(usize, (String, u16))> = Vec::new();
         let mut why = Vec::new();
-        for (host, port) in &self.addrs {
-            match self.ask(host, *port, timeout).await {
-                Ok(addr) => return Ok(addr),
-                Err(e) => why.push(format!("{host}:{port}: {e}")),
+        while let Some((i, host, port, got)) = asks.next().await {
+            match got {
+                Ok(addr) => {
+                    answers.push((i, addr.clone()));
+                    if answers.iter().filter(|(_, a)| *a == addr).count() >= majority {
+                        return Ok(addr);
+                    }
+                }
+                Err(e) => why.push((i, format!("{host}:{port}: {e}"))),
             }
         }
-        Err(format!(
-            "no sentinel gave the primary of '{}' ({})",
-            self.master,
-            why.join("; ")
-        ))
+        match choose(&answers) {
+            Some(addr) => {
+                let distinct: std::collections::BTreeSet<_> =
+                    answers.iter().map(|(_, a)| a).collect();
+                if distinct.len() > 1 {
+                    let said: Vec<String> = answers
+                        .iter()
+                        .map(|(i, (h, p))| {
+                            let (sh, sp) = &self.addrs[*i];
+                            format!("{sh}:{sp} says {h}:{p}")
+                        })
+                        .collect();
+                    tracing::warn!(
+                        master = %self.master,
+                        "sentinels disagree on the primary ({}); using {}:{}",
+                        said.join(", "),
+                        addr.0,
+                        addr.1
+                    );
+                }
+                Ok(addr)
+            }
+            None => {
+                why.sort();
+                let why: Vec<String> = why.into_iter().map(|(_, w)| w).collect();
+                Err(format!(
+                    "no sentinel gave the primary of '{}' ({})",
+                    self.master,
+                    why.join("; ")
+                ))
+            }
+        }
     }
 
     async fn ask(&self, host: &str, port: u16, timeout: Duration) -> Result<(String, u16), String> {
@@ -101,13 +154,27 @@ impl Sentinels {
             .map_err(|_| "connect timed out".to_string())?
             .map_err(|e| e.to_string())?;
         let mut link = Link::new(Box::new(tcp), BytesMut::new(), ReplyMode::On, timeout);
-        let cmd: Vec<Vec<u8>> = ["SENTINEL", "get-master-addr-by-name", &self.master]
-            .iter()
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
-        let v = link.call1(cmd).await.map_err(|e| e.to_string())?;
+        let args =
+            |a: &[&str]| -> Vec<Vec<u8>> { a.iter().map(|s| s.as_bytes().to_vec()).collect() };
+        if let Some((user, password)) = &self.auth {
+            let auth = match user {
+                Some(u) => args(&["AUTH", u, password]),
+                None => args(&["AUTH", password]),
+            };
+            let v = link.call1(auth).await.map_err(|e| e.to_string())?;
+            if let Value::ServerError(e) = &v {
+                return Err(format!("AUTH: {}", e.details().unwrap_or(e.code())));
+            }
+        }
+        let v = link
+            .call1(args(&["SENTINEL", "get-master-addr-by-name", &self.master]))
+            .await
+            .map_err(|e| e.to_string())?;
         if let Value::ServerError(e) = &v {
-            return Err(format!("{e:?}"));
+            return Err(match e.details() {
+                Some(d) => format!("{} {d}", e.code()),
+                None => e.code().to_string(),
+            });
         }
         let a = array(&v);
         match (a.first().and_then(text), a.get(1).and_then(text)) {
@@ -126,9 +193,32 @@ impl Sentinels {
     }
 }
 
+/// The most common answer; on a tie, the one the first-listed sentinel gave.
+fn choose(answers: &[(usize, (String, u16))]) -> Option<(String, u16)> {
+    let count = |a: &(String, u16)| answers.iter().filter(|(_, b)| b == a).count();
+    let best = answers.iter().map(|(_, a)| count(a)).max()?;
+    answers
+        .iter()
+        .filter(|(_, a)| count(a) == best)
+        .min_by_key(|(i, _)| *i)
+        .map(|(_, a)| a.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_most_common_answer_wins_and_a_tie_goes_to_the_first_listed() {
+        let a = ("10.0.0.1".to_string(), 6379);
+        let b = ("10.0.0.2".to_string(), 6379);
+        assert_eq!(choose(&[]), None);
+        assert_eq!(
+            choose(&[(0, a.clone()), (2, b.clone()), (1, b.clone())]),
+            Some(b.clone())
+        );
+        assert_eq!(choose(&[(1, b.clone()), (0, a.clone())]), Some(a));
+    }
 
     #[test]
     fn parses_hosts_and_master() {

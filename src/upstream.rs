@@ -72,7 +72,12 @@ impl UpstreamAddr {
             ));
         }
         if cfg.upstream.starts_with("redis+sentinel://") {
-            let (s, user, password) = crate::sentinel::Sentinels::parse(&cfg.upstream)?;
+            let (mut s, user, password) = crate::sentinel::Sentinels::parse(&cfg.upstream)?;
+            s.auth = match (&cfg.sentinel_user, &cfg.sentinel_password) {
+                (u, Some(p)) => Some((u.clone(), p.clone())),
+                (Some(_), None) => return Err("sentinel_user needs sentinel_password".to_string()),
+                (None, None) => None,
+            };
             return Ok(UpstreamAddr {
                 target: Target::Sentinel(s),
                 tls: None,

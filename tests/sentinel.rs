@@ -215,3 +215,67 @@ fn sentinels_down_at_start_then_up() {
     let n: Vec<String> = redis::cmd("KEYS").arg("agent:mem:*").query(&mut d).unwrap();
     assert_eq!(n.len(), 1, "written on the primary the sentinels name");
 }
+
+/// Sentinels that disagree (issue 27): one left monitoring another server under the same master
+/// name, listed first. memproxy asks them all and goes where the majority points, so clients
+/// write to the real primary, not the stale one.
+#[test]
+fn a_stale_sentinel_listed_first_is_outvoted() {
+    let primary = Redis::start(&[]);
+    let stale = Redis::start(&[]);
+    let odd = Redis::sentinel("m", stale.port);
+    let good = [
+        Redis::sentinel("m", primary.port),
+        Redis::sentinel("m", primary.port),
+    ];
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/m",
+        odd.port, good[0].port, good[1].port
+    );
+    let proxy = Proxy::start(&url, |_| {});
+    let mut c = proxy.client();
+    let texts = [
+        "The user's dog is called Biscuit",
+        "The user flies to Lisbon in March",
+        "The user prefers tea over coffee",
+        "The user's laptop runs Debian",
+        "The user plays the cello on Sundays",
+    ];
+    for text in texts {
+        q(&mut c, &["MEM.REMEMBER", text, "USER", "outvoted"]);
+    }
+    let keys = |r: &Redis| -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("agent:mem:*")
+            .query(&mut direct(r))
+            .unwrap()
+    };
+    assert_eq!(keys(&primary).len(), 5, "on the primary the majority names");
+    assert!(
+        keys(&stale).is_empty(),
+        "nothing on the stale sentinel's server"
+    );
+}
+
+/// Sentinels with a password of their own (`requirepass` in sentinel.conf): `sentinel_password`
+/// reaches the primary; without it, a client gets one error line naming the refusal.
+#[test]
+fn sentinels_with_a_password() {
+    let primary = Redis::start(&[]);
+    let s = Redis::sentinel_with("locked", primary.port, "requirepass s3ntinel");
+    let url = format!("redis+sentinel://127.0.0.1:{}/locked", s.port);
+    let open = Proxy::start(&url, |c| c.sentinel_password = Some("s3ntinel".into()));
+    let v = q(&mut open.client(), &["MEM.PING"]);
+    assert!(format!("{v:?}").contains("PONG"), "{v:?}");
+    let shut = Proxy::start(&url, |_| {});
+    let mut raw = std::net::TcpStream::connect(shut.addr).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut got).unwrap();
+    assert!(
+        got.starts_with("-ERR upstream unavailable: no sentinel gave the primary of 'locked'")
+            && got.contains("NOAUTH")
+            && got.matches("\r\n").count() == 1,
+        "{got:?}"
+    );
+}

@@ -158,8 +158,13 @@ impl Redis {
     /// A Redis Sentinel (the same binary, `--sentinel`) on a free port, monitoring `master` at
     /// 127.0.0.1:`primary` with quorum 2, quick to act: down after 1 s, failover timeout 3 s.
     pub fn sentinel(master: &str, primary: u16) -> Redis {
+        Redis::sentinel_with(master, primary, "")
+    }
+
+    /// [`Redis::sentinel`] with more lines for its sentinel.conf (`requirepass …`).
+    pub fn sentinel_with(master: &str, primary: u16, conf: &str) -> Redis {
         for _ in 0..5 {
-            if let Some(r) = Redis::try_sentinel(free_port(), master, primary) {
+            if let Some(r) = Redis::try_sentinel(free_port(), master, primary, conf) {
                 return r;
             }
         }
@@ -168,10 +173,11 @@ impl Redis {
 
     /// [`Redis::sentinel`] on a given port.
     pub fn sentinel_on(port: u16, master: &str, primary: u16) -> Redis {
-        Redis::try_sentinel(port, master, primary).expect("redis-server --sentinel did not start")
+        Redis::try_sentinel(port, master, primary, "")
+            .expect("redis-server --sentinel did not start")
     }
 
-    fn try_sentinel(port: u16, master: &str, primary: u16) -> Option<Redis> {
+    fn try_sentinel(port: u16, master: &str, primary: u16, conf_extra: &str) -> Option<Redis> {
         {
             let dir = std::env::temp_dir().join(format!(
                 "memproxy-test-sentinel-{}-{port}",
@@ -184,7 +190,7 @@ impl Redis {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {master} 127.0.0.1 {primary} 2\n\
                      sentinel down-after-milliseconds {master} 1000\nsentinel failover-timeout {master} 3000\n\
-                     sentinel parallel-syncs {master} 1\n",
+                     sentinel parallel-syncs {master} 1\n{conf_extra}\n",
                     dir.display()
                 ),
             )
@@ -204,7 +210,11 @@ impl Redis {
                 port,
                 child: Some(spawn_from_keeper(cmd)),
             };
-            if r.wait_ready(None) {
+            let password = conf_extra
+                .lines()
+                .find_map(|l| l.strip_prefix("requirepass "))
+                .map(str::trim);
+            if r.wait_ready(password) {
                 return Some(r);
             }
             r.kill();
