@@ -108,12 +108,14 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                 }
                 None => eprintln!("migrate: {what}: {done}/{total}"),
             };
-            let step =
+            let done =
                 memproxy::migrate::migrate(&engine, stop_after.as_deref(), &mut report).await?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
-            eprintln!("migrate: at step {step}");
+            for (index, step) in done {
+                eprintln!("migrate: {index} at step {step}");
+            }
         }
         Sub::Tools => unreachable!("main prints the tools without starting an engine"),
         Sub::Reembed => {

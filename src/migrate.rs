@@ -18,6 +18,13 @@
 //! its saved arguments, the copies deleted, the new index dropped. A source of another vector
 //! dimension is migrated by re-embedding the copies (step 3) with this memproxy's model, so it
 //! needs a configured prefix other than the source's (the source's documents stay as they were).
+//!
+//! In front of a Redis Cluster every master is migrated in turn, each its own index
+//! (`<index>{n}`), state hash (`<index>{n}:migration`, in the same slot) and documents, on a
+//! connection of memproxy's own to it; a master with no index, or one memproxy already accepts, is
+//! passed over. A copy keeps its key's hash tag (`old:{alice}:id` → `agent:mem:{alice}:id`), so
+//! it stays on its master; a key whose copy would hash elsewhere (no tag after the prefix) stops
+//! the migration with an error naming it: such documents move with `export` and `import`.
 
 use std::time::Duration;
 
@@ -45,6 +52,8 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 struct Migration<'e> {
     engine: &'e Engine,
     link: Link,
+    /// In front of a cluster: copies must hash to the slot of their source.
+    cluster: bool,
     index: String,
     target: String,
     state: String,
@@ -54,54 +63,82 @@ fn err(msg: impl Into<String>) -> MemError {
     MemError::client(msg.into())
 }
 
-/// Run (or resume) the migration; returns the step it ended at. `stop_after` (tests and
-/// operators): stop after that step, as an interruption would.
+/// Run (or resume) the migration; returns each index and the step it ended at (one index on a
+/// single Redis, one per master in front of a cluster). `stop_after` (tests and operators): stop
+/// after that step, as an interruption would.
 pub async fn migrate(
     engine: &Engine,
     stop_after: Option<&str>,
     progress: Progress<'_>,
-) -> MemResult<String> {
-    engine.single_only("migrate")?;
-    let mut m = Migration::open(engine).await?;
-    loop {
-        let step = m.step().await?;
-        if step.as_deref() == Some("switched") {
-            return Ok("switched".into());
-        }
-        if let (Some(stop), Some(s)) = (stop_after, step.as_deref()) {
-            if stop == s {
-                return Ok(s.to_string());
-            }
-        }
-        match step.as_deref() {
-            None => m.baseline(progress).await?,
-            Some("baseline") => m.build(progress).await?,
-            Some("built") => m.verify().await?,
-            Some("verified") => m.switch().await?,
-            Some(other) => return Err(err(format!("unknown migration step '{other}'"))),
-        }
+) -> MemResult<Vec<(String, String)>> {
+    let mut done = Vec::new();
+    for mut m in Migration::every(engine).await? {
+        let index = m.index.clone();
+        let step = match m.run(stop_after, progress).await {
+            Err(MemError::Client(e)) if m.cluster && e.ends_with(PASSED_OVER) => e,
+            other => other?,
+        };
+        done.push((index, step));
     }
+    Ok(done)
 }
 
-/// Undo a migration (finished or not).
+/// Undo a migration (finished or not): of the single Redis, or of every master that has one.
 pub async fn rollback(engine: &Engine) -> MemResult<()> {
-    engine.single_only("migrate")?;
-    let mut m = Migration::open(engine).await?;
-    m.rollback().await
+    let cluster = engine.store.cluster().is_some();
+    for mut m in Migration::every(engine).await? {
+        if cluster && m.get("source_args").await?.is_none() {
+            continue;
+        }
+        m.rollback().await?;
+    }
+    Ok(())
 }
+
+/// How a master the cluster migration leaves alone is reported.
+const PASSED_OVER: &str = "nothing to migrate";
 
 impl<'e> Migration<'e> {
-    async fn open(engine: &'e Engine) -> MemResult<Migration<'e>> {
+    /// The migrations to run: the single Redis's, or one per master.
+    async fn every(engine: &'e Engine) -> MemResult<Vec<Migration<'e>>> {
         let timeout = Duration::from_millis(engine.config().op_timeout_ms.max(30_000));
-        let link = engine.upstream_addr().admin(timeout).await?;
-        let index = engine.store.keys.index.clone();
-        Ok(Migration {
-            engine,
-            link,
-            target: format!("{index}.migrated"),
-            state: format!("{index}:migration"),
-            index,
-        })
+        let mut all = Vec::new();
+        for (keys, addr, node) in engine.store.places(engine.upstream_addr()) {
+            let mut link = addr.admin(timeout).await?;
+            let cluster = node.is_some();
+            link.node = node;
+            let index = keys.index.clone();
+            all.push(Migration {
+                engine,
+                link,
+                cluster,
+                target: format!("{index}.migrated"),
+                state: format!("{index}:migration"),
+                index,
+            });
+        }
+        Ok(all)
+    }
+
+    async fn run(&mut self, stop_after: Option<&str>, progress: Progress<'_>) -> MemResult<String> {
+        loop {
+            let step = self.step().await?;
+            if step.as_deref() == Some("switched") {
+                return Ok("switched".into());
+            }
+            if let (Some(stop), Some(s)) = (stop_after, step.as_deref()) {
+                if stop == s {
+                    return Ok(s.to_string());
+                }
+            }
+            match step.as_deref() {
+                None => self.baseline(progress).await?,
+                Some("baseline") => self.build(progress).await?,
+                Some("built") => self.verify().await?,
+                Some("verified") => self.switch().await?,
+                Some(other) => return Err(err(format!("unknown migration step '{other}'"))),
+            }
+        }
     }
 
     async fn call(&mut self, args: &[&str]) -> MemResult<Value> {
@@ -168,14 +205,14 @@ impl<'e> Migration<'e> {
         let info = self
             .info(&index)
             .await?
-            .ok_or_else(|| err(format!("there is no index {index} to migrate")))?;
+            .ok_or_else(|| err(format!("there is no index {index}: {PASSED_OVER}")))?;
         // The guide's own schema passes the check (memproxy compares scopes exactly itself), but
         // its scope tags match case-insensitively: migrating it gives memproxy's exact index.
         if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok()
             && schema::scope_tags_case_sensitive(&info)
         {
             return Err(err(format!(
-                "index {index} already has memproxy's schema: nothing to migrate"
+                "index {index} already has memproxy's schema: {PASSED_OVER}"
             )));
         }
         let source = schema::create_args_from_info(&info, &index)
@@ -279,6 +316,14 @@ impl<'e> Migration<'e> {
                 let mut cmds = Vec::new();
                 for k in batch {
                     let dest = format!("{to}{}", &k[from.len()..]);
+                    let slot = |k: &str| crate::cluster::slot::slot(k.as_bytes());
+                    if self.cluster && slot(k) != slot(&dest) {
+                        return Err(err(format!(
+                            "{k} would be copied to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
+                            slot(k),
+                            slot(&dest)
+                        )));
+                    }
                     cmds.push(cmd(&["COPY", k, &dest]));
                     cmds.push(cmd(&["SADD", &copies, &dest]));
                 }

@@ -974,12 +974,115 @@ fn memories_move_from_one_redis_into_a_cluster_by_export_and_import() {
     let (ok, _, err) = memproxy(&["reembed", "--upstream", &node1], None);
     assert!(ok, "{err}");
     assert!(err.contains(", 0 re-embedded"), "{err}");
-    // migrate does not cover a cluster yet, and says so.
+    // Every master's index already has memproxy's schema: migrate passes them all over.
     let (ok, _, err) = memproxy(&["migrate", "--upstream", &node1], None);
-    assert!(
-        !ok && err.contains("not available in cluster mode"),
-        "{err}"
-    );
+    assert!(ok, "{err}");
+    assert_eq!(err.matches("nothing to migrate").count(), 3, "{err}");
+}
+
+/// `memproxy migrate` in front of a cluster: every master's index, here the guide's schema (scope
+/// tags matching case-insensitively), becomes memproxy's, each on its own master, documents
+/// untouched; run again it has nothing left to do; `--rollback` restores every master's original.
+#[test]
+fn migrate_covers_every_master() {
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let s = Setup { cluster, proxy };
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(&s, "mig");
+    for u in &users {
+        for text in [
+            "The user is allergic to peanuts",
+            "The user's bike is a red Brompton",
+        ] {
+            q(&mut c, &["MEM.REMEMBER", text, "USER", u]);
+        }
+    }
+    // Each master's index replaced by one of the guide's schema over the same documents.
+    let guide = |name: &str| -> Vec<String> {
+        let mut a: Vec<String> = [name, "ON", "JSON", "PREFIX", "1", "agent:mem:", "SCHEMA"]
+            .map(String::from)
+            .to_vec();
+        for (path, kind) in [
+            ("text", "TEXT"),
+            ("user", "TAG"),
+            ("namespace", "TAG"),
+            ("kind", "TAG"),
+            ("source_thread", "TAG"),
+            ("created_ts", "NUMERIC"),
+            ("hit_count", "NUMERIC"),
+        ] {
+            a.extend([format!("$.{path}"), "AS".into(), path.into(), kind.into()]);
+        }
+        a.extend(
+            [
+                "$.embedding",
+                "AS",
+                "embedding",
+                "VECTOR",
+                "HNSW",
+                "6",
+                "TYPE",
+                "FLOAT32",
+                "DIM",
+                "384",
+                "DISTANCE_METRIC",
+                "COSINE",
+            ]
+            .map(String::from),
+        );
+        a
+    };
+    let index_of = |node: &Redis| -> String {
+        let list: Vec<String> = redis::cmd("FT._LIST").query(&mut direct(node)).unwrap();
+        assert_eq!(list.len(), 1, "{list:?}");
+        list[0].clone()
+    };
+    let names: Vec<String> = s.cluster.nodes.iter().map(index_of).collect();
+    for (node, name) in s.cluster.nodes.iter().zip(&names) {
+        let mut d = direct(node);
+        let _: () = redis::cmd("FT.DROPINDEX").arg(name).query(&mut d).unwrap();
+        let _: () = redis::cmd("FT.CREATE")
+            .arg(guide(name))
+            .query(&mut d)
+            .unwrap();
+    }
+    let node1 = s.cluster.nodes[1].url();
+    let (ok, _, err) = memproxy(&["migrate", "--upstream", &node1], None);
+    assert!(ok, "{err}");
+    assert_eq!(err.matches("at step switched").count(), 3, "{err}");
+    let info = |node: &Redis, name: &str| -> Value {
+        redis::cmd("FT.INFO")
+            .arg(name)
+            .query(&mut direct(node))
+            .unwrap()
+    };
+    for (node, name) in s.cluster.nodes.iter().zip(&names) {
+        let i = info(node, name);
+        assert_eq!(as_str(get(&i, "index_name")), format!("{name}.migrated"));
+        assert!(format!("{:?}", get(&i, "attributes")).contains("CASESENSITIVE"));
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("agent:mem:*")
+            .query(&mut direct(node))
+            .unwrap();
+        assert_eq!(keys.len(), 2, "no copies, nothing lost on {name}");
+    }
+    // Recall finds every user's memories through the migrated indexes.
+    let fresh = Proxy::start(&s.cluster.nodes[2].url(), |_| {});
+    let mut f = fresh.client();
+    for u in &users {
+        let hits = q(&mut f, &["MEM.RECALL", "food allergies?", "USER", u]);
+        assert_eq!(items(&hits).len(), 1, "{u}: {hits:?}");
+    }
+    let (ok, _, err) = memproxy(&["migrate", "--upstream", &node1], None);
+    assert!(ok && err.matches("at step switched").count() == 3, "{err}");
+    let (ok, _, err) = memproxy(&["migrate", "--upstream", &node1, "--rollback"], None);
+    assert!(ok, "{err}");
+    for (node, name) in s.cluster.nodes.iter().zip(&names) {
+        let i = info(node, name);
+        assert_eq!(as_str(get(&i, "index_name")), *name, "the original again");
+        assert!(!format!("{:?}", get(&i, "attributes")).contains("CASESENSITIVE"));
+    }
 }
 
 #[test]
