@@ -304,3 +304,166 @@ fn the_page_and_mcp_can_be_turned_off() {
         assert_eq!(http(&base, method, path, "{}").0, 404, "{method} {path}");
     }
 }
+
+/// A form post, as the guide's own page sends (`application/x-www-form-urlencoded`).
+fn form(base: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let line = body.lines().find(|l| l.starts_with('{')).unwrap_or("{}");
+    (status, json(line))
+}
+
+/// Route by route, the fields the guide's `demo_server.py` answers and its page reads, with the
+/// page's own form posts: /turn (`write_skipped`, `embed_ms`/`recall_ms`/`write_ms`, `kind` null
+/// when nothing is written, recalled items with `ttl_seconds`), "Set as goal" (`action=goal`: the
+/// goal set, recall, no memory), /state (the index panel's fields, `session.ttl_seconds`,
+/// `memories[].ttl_seconds`, `events[].event_id`, `recalled`), and the guide's error lines.
+#[test]
+fn the_guides_page_gets_every_field_it_reads() {
+    let (_p, base) = web_proxy(&[]);
+    let user = unique("page");
+    let scope = [("user", user.as_str()), ("namespace", "default")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut v: Vec<(&str, &str)> = scope.to_vec();
+        v.extend_from_slice(extra);
+        v
+    };
+    let (code, r) = form(&base, "/reset", &scope);
+    assert_eq!((code, r["seeded"].as_i64()), (200, Some(8)), "{r}");
+    let (code, t) = form(
+        &base,
+        "/turn",
+        &with(&[
+            ("text", "Remind me which theme I prefer in editors."),
+            ("kind", "episodic"),
+            ("role", "user"),
+            ("threshold", "0.55"),
+            ("action", "turn"),
+        ]),
+    );
+    assert_eq!(code, 200, "{t}");
+    for f in [
+        "thread_id",
+        "write_skipped",
+        "memory_id",
+        "deduped",
+        "existing_distance",
+        "kind",
+        "recalled",
+        "embed_ms",
+        "recall_ms",
+        "write_ms",
+    ] {
+        assert!(t.get(f).is_some(), "/turn lacks {f}: {t}");
+    }
+    assert_eq!(
+        (t["write_skipped"].as_bool(), t["kind"].as_str()),
+        (Some(false), Some("episodic"))
+    );
+    let hit = &t["recalled"][0];
+    for f in ["id", "text", "kind", "distance", "ttl_seconds"] {
+        assert!(hit.get(f).is_some(), "a recalled memory lacks {f}: {hit}");
+    }
+    assert!(
+        hit["ttl_seconds"].is_null(),
+        "a semantic seed has no TTL: {hit}"
+    );
+    // "Set as goal": the session's goal, recall, no memory written.
+    let before = items(&q(
+        &mut shared().proxy.client(),
+        &["MEM.LIST", "USER", &user],
+    ))
+    .len();
+    let (code, g) = form(
+        &base,
+        "/turn",
+        &with(&[
+            ("text", "Ship the release by Friday"),
+            ("kind", "episodic"),
+            ("action", "goal"),
+        ]),
+    );
+    assert_eq!(code, 200, "{g}");
+    assert_eq!(g["write_skipped"], true, "{g}");
+    assert!(g["memory_id"].is_null() && g["kind"].is_null(), "{g}");
+    let after = items(&q(
+        &mut shared().proxy.client(),
+        &["MEM.LIST", "USER", &user],
+    ))
+    .len();
+    assert_eq!(before, after, "a goal writes no memory");
+    let (code, body) = http(
+        &base,
+        "GET",
+        &format!("/state?user={user}&namespace=default"),
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let s = json(&body);
+    for f in [
+        "num_docs",
+        "index_name",
+        "indexing_failures",
+        "model",
+        "session_ttl_seconds",
+        "dedup_threshold",
+        "default_recall_threshold",
+        "stack_label",
+    ] {
+        assert!(s["index"].get(f).is_some(), "/state index lacks {f}");
+    }
+    assert_eq!(s["session"]["goal"], "Ship the release by Friday");
+    assert_eq!(s["session"]["turn_count"], 1, "the goal is not a turn");
+    for f in [
+        "thread_id",
+        "user",
+        "goal",
+        "scratchpad",
+        "turn_count",
+        "ttl_seconds",
+        "recent_turns",
+    ] {
+        assert!(s["session"].get(f).is_some(), "session lacks {f}");
+    }
+    assert!(s["session"]["ttl_seconds"].as_i64().unwrap() > 0);
+    let m = &s["memories"][0];
+    for f in ["id", "kind", "text", "hit_count", "ttl_seconds"] {
+        assert!(m.get(f).is_some(), "a listed memory lacks {f}: {m}");
+    }
+    let actions: Vec<&str> = s["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            assert!(
+                e.get("event_id").is_some() && e.get("detail").is_some(),
+                "{e}"
+            );
+            e["action"].as_str().unwrap()
+        })
+        .collect();
+    assert!(actions.contains(&"goal_set"), "{actions:?}");
+    assert_eq!(s["recalled"], serde_json::json!([]));
+    // The guide's error lines.
+    let (code, e) = form(&base, "/turn", &with(&[("text", "   ")]));
+    assert_eq!((code, e["error"].as_str()), (400, Some("text is required")));
+    let (code, e) = form(&base, "/drop_memory", &[]);
+    assert_eq!(
+        (code, e["error"].as_str()),
+        (400, Some("memory_id is required"))
+    );
+}

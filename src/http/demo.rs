@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::engine::Engine;
-use crate::error::Fault;
+use crate::error::{Fault, MemError};
 use crate::verbs::{VerbError, Verbs};
 
 /// The guide's eight example memories (`kind<TAB>text`), seeded by `/reset`.
@@ -75,6 +75,9 @@ struct Form {
     thread_id: Option<String>,
     id: Option<String>,
     memory_id: Option<String>,
+    /// `turn` (default) or `goal`: the guide's "Set as goal" sets the session's goal, recalls,
+    /// and writes no memory.
+    action: Option<String>,
 }
 
 impl Form {
@@ -215,12 +218,31 @@ async fn state_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
         .await?;
     let last = c.demo.last.lock().unwrap().get(&f.key()).cloned();
     let projection = projection(&ctx.engine, &memories, last.as_ref()).await;
+    let cfg = ctx.engine.config();
+    let mut index = index;
+    if let Some(o) = index.as_object_mut() {
+        // The guide's index panel: its name, the session TTL, the thresholds, what runs it.
+        o.entry("index_name")
+            .or_insert_with(|| json!(ctx.engine.store.keys.index));
+        o.insert("session_ttl_seconds".into(), json!(cfg.session_ttl_seconds));
+        o.insert("dedup_threshold".into(), json!(cfg.dedup_threshold));
+        o.insert(
+            "default_recall_threshold".into(),
+            json!(cfg.recall_threshold),
+        );
+        o.insert(
+            "stack_label".into(),
+            json!("memproxy: MEM.* verbs over RedisJSON + RediSearch"),
+        );
+    }
     Ok(json!({
         "index": index,
         "thread_id": thread,
-        "session": session,
-        "memories": memories,
-        "events": events,
+        "session": with_guide_fields(&session),
+        "memories": with_guide_fields(&memories),
+        "events": with_guide_fields(&events),
+        // As the guide: /turn fills the recalled panel; /state leaves it empty.
+        "recalled": [],
         "user": f.user(),
         "namespace": f.namespace(),
         "projection": projection,
@@ -240,8 +262,22 @@ async fn turn(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
 
 async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     let start = Instant::now();
-    let mut c = ctx.open().await?;
     let text = f.text.clone().unwrap_or_default();
+    if text.trim().is_empty() {
+        return Err(bad("text is required".into()));
+    }
+    let goal = match f
+        .action
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "" | "turn" => false,
+        "goal" => true,
+        other => return Err(bad(format!("action '{other}' is not turn or goal"))),
+    };
+    let mut c = ctx.open().await?;
     let thread = c.thread(f).await?;
     let role = f
         .role
@@ -254,9 +290,6 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
         .filter(|k| !k.is_empty())
         .unwrap_or_else(|| "episodic".into())
         .to_ascii_lowercase();
-    let mut args = vec!["MEM.TURN".into(), thread.clone(), role, text.clone()];
-    args.extend(f.scope());
-    args.extend(["REMEMBER".into(), kind.clone()]);
     let threshold = match &f.threshold {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
@@ -264,14 +297,58 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
         Some(Value::Number(n)) => Some(n.to_string()),
         Some(other) => return Err(bad(format!("threshold {other} is not a number"))),
     };
-    if let Some(t) = &threshold {
-        args.extend(["THRESHOLD".into(), t.clone()]);
-    }
     let mode = f.mode.clone().filter(|m| !m.is_empty());
-    if let Some(m) = &mode {
-        args.extend(["MODE".into(), m.clone()]);
+    let mut recall_opts = Vec::new();
+    if let Some(t) = &threshold {
+        recall_opts.extend(["THRESHOLD".into(), t.clone()]);
     }
-    let out = c.run(args).await?;
+    if let Some(m) = &mode {
+        recall_opts.extend(["MODE".into(), m.clone()]);
+    }
+    // The embedding first (timed as the guide's embed_ms); the verb then finds it cached.
+    let t0 = Instant::now();
+    ctx.engine
+        .embedder
+        .embed(&text)
+        .await
+        .map_err(|e| failed(MemError::Embedder(e.to_string()).into()))?;
+    let embed_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let t1 = Instant::now();
+    let (out, write_skipped) = if goal {
+        // As the guide: the goal set (the session made when it is gone), recall, no memory.
+        let set = vec![
+            "MEM.SESSION".into(),
+            "GOAL".into(),
+            thread.clone(),
+            text.clone(),
+            "USER".into(),
+            f.user(),
+        ];
+        if c.verbs.run(set).await.is_err() {
+            c.run(vec![
+                "MEM.SESSION".into(),
+                "START".into(),
+                thread.clone(),
+                "USER".into(),
+                f.user(),
+                "GOAL".into(),
+                text.clone(),
+            ])
+            .await?;
+        }
+        let mut recall = vec!["MEM.RECALL".into(), text.clone()];
+        recall.extend(f.scope());
+        recall.extend(recall_opts);
+        let recalled = c.run(recall).await?;
+        (json!({ "recalled": recalled }), true)
+    } else {
+        let mut args = vec!["MEM.TURN".into(), thread.clone(), role, text.clone()];
+        args.extend(f.scope());
+        args.extend(["REMEMBER".into(), kind.clone()]);
+        args.extend(recall_opts);
+        (c.run(args).await?, kind == "skip")
+    };
+    let verb_ms = t1.elapsed().as_secs_f64() * 1000.0;
     // The circle is the cut-off the recall used: THRESHOLD, else its mode's own.
     let cfg = ctx.engine.config();
     let auto = mode
@@ -291,14 +368,44 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     Ok(json!({
         "thread_id": thread,
         "turn_count": out["turn_count"],
-        "recalled": out["recalled"],
+        "recalled": with_guide_fields(&out["recalled"]),
+        "write_skipped": write_skipped,
         "deduped": remembered["deduped"].as_i64() == Some(1),
         "memory_id": remembered["id"],
         "existing_distance": remembered["distance"],
-        "kind": kind,
+        "kind": if write_skipped { Value::Null } else { json!(kind) },
         "event": out["event"],
+        // Recall and the write are one script on the upstream: its time is recall_ms.
+        "embed_ms": embed_ms,
+        "recall_ms": verb_ms,
+        "write_ms": 0.0,
         "timings": { "total_ms": start.elapsed().as_secs_f64() * 1000.0 },
     }))
+}
+
+/// The guide's names beside memproxy's on listed items: `ttl_seconds` (null without a TTL) for
+/// memories and sessions, `event_id` for events.
+fn with_guide_fields(items: &Value) -> Value {
+    let one = |m: &Value| {
+        let mut m = m.clone();
+        if let Some(o) = m.as_object_mut() {
+            if let Some(ttl) = o.get("ttl").and_then(Value::as_i64) {
+                o.insert(
+                    "ttl_seconds".into(),
+                    if ttl >= 0 { json!(ttl) } else { Value::Null },
+                );
+            }
+            if let Some(id) = o.get("id").cloned().filter(|_| o.contains_key("action")) {
+                o.insert("event_id".into(), id);
+            }
+        }
+        m
+    };
+    match items {
+        Value::Array(a) => Value::Array(a.iter().map(one).collect()),
+        Value::Object(_) => one(items),
+        other => other.clone(),
+    }
 }
 
 async fn new_thread(State(c): State<Ctx>, req: axum::extract::Request) -> Response {
@@ -358,7 +465,7 @@ async fn drop_memory(State(c): State<Ctx>, req: axum::extract::Request) -> Respo
             .or(f.memory_id.clone())
             .filter(|i| !i.is_empty())
     else {
-        return bad("drop_memory needs 'id'".into());
+        return bad("memory_id is required".into());
     };
     let go = async {
         let mut c = c.open().await?;
