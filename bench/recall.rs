@@ -414,7 +414,7 @@ fn main() {
     std::fs::write(
         &off,
         "recall_min_standout = 0.0\nrecall_relative_cutoff = 0.0\nrecall_recency_weight = 0.0\n\
-         recall_hit_weight = 0.0\nrecall_keyword_weight = 0.0\n",
+         recall_hit_weight = 0.0\nrecall_keyword_weight = 0.0\nrecall_window_threshold = 2.0\n",
     )
     .unwrap();
     let off_path = off.display().to_string();
@@ -458,6 +458,7 @@ fn main() {
     let cutoffs: Vec<f64> = (0..=40).map(|i| 0.50 + 0.01 * i as f64).collect();
     let knn = |t: f64| Rule {
         threshold: t,
+        window: None,
         relative: None,
         standout: None,
         keyword: 0.0,
@@ -478,7 +479,12 @@ fn main() {
         utility(&tuning_on(&knn(0.55), false))
     );
     let mut candidates: Vec<(Rule, Vec<Metrics>)> = Vec::new();
-    for t in &cutoffs {
+    for (t, window) in cutoffs.iter().flat_map(|t| {
+        [None, Some(0.40), Some(0.45), Some(0.50), Some(0.55), Some(0.60)]
+            .into_iter()
+            .filter(move |w| w.is_none_or(|w| w < *t))
+            .map(move |w| (t, w))
+    }) {
         for relative in [None, Some(0.05), Some(0.08), Some(0.12), Some(0.16)] {
             for standout in [
                 None,
@@ -493,6 +499,7 @@ fn main() {
                     for recency in [0.0, 0.02, 0.05] {
                         let rule = Rule {
                             threshold: *t,
+                            window,
                             relative,
                             standout,
                             keyword,
@@ -759,6 +766,8 @@ fn evaluate(con: &mut redis::Connection, s: &Set, opts: &[&str]) -> [Metrics; 2]
 #[derive(Clone, Debug)]
 struct Rule {
     threshold: f64,
+    /// A later sentence window counts only within this distance (`recall_window_threshold`).
+    window: Option<f64>,
     relative: Option<f64>,
     standout: Option<f64>,
     keyword: f64,
@@ -769,6 +778,7 @@ impl Rule {
     /// Moving parts besides the cut-off (fewer wins a tie).
     fn parts(&self) -> usize {
         usize::from(self.relative.is_some())
+            + usize::from(self.window.is_some())
             + usize::from(self.standout.is_some())
             + usize::from(self.keyword > 0.0)
             + usize::from(self.recency > 0.0)
@@ -779,6 +789,7 @@ impl Rule {
         let c = memproxy::Config::default();
         Rule {
             threshold: c.recall_auto_threshold,
+            window: Some(c.recall_window_threshold).filter(|w| *w < c.recall_auto_threshold),
             relative: Some(c.recall_relative_cutoff).filter(|r| *r > 0.0),
             standout: Some(c.recall_min_standout).filter(|r| *r > 0.0),
             keyword: c.recall_keyword_weight,
@@ -788,8 +799,9 @@ impl Rule {
 
     fn describe(&self) -> String {
         format!(
-            "cut-off {:.2}, relative cut-off {}, stand-out {}, keyword weight {}, recency weight {}",
+            "cut-off {:.2}, window cut-off {}, relative cut-off {}, stand-out {}, keyword weight {}, recency weight {}",
             self.threshold,
+            self.window.map_or("none".to_string(), |w| format!("{w:.2}")),
             self.relative
                 .map_or("none".to_string(), |r| format!("{r:.2}")),
             self.standout
@@ -859,10 +871,18 @@ fn simulate(s: &Set, raw: &[Raw], rule: &Rule, part: Part, auto: bool) -> Metric
     let t = now();
     let mut m = Metrics::default();
     for (q, (plain, candidates, k)) in s.questions.iter().zip(raw) {
-        let v = if auto { candidates } else { plain };
         if q.part != part {
             continue;
         }
+        let windowed;
+        let v = match (auto, rule.window) {
+            (false, _) => plain,
+            (true, None) => candidates,
+            (true, Some(w)) => {
+                windowed = within_windows(candidates, plain, w);
+                &windowed
+            }
+        };
         let label = |g: Vec<Got>| -> Vec<(String, String)> {
             g.into_iter()
                 .map(|h| (h.user, s.labels.get(&h.id).cloned().unwrap_or_default()))
@@ -875,6 +895,29 @@ fn simulate(s: &Set, raw: &[Raw], rule: &Rule, part: Part, auto: bool) -> Metric
         );
     }
     m
+}
+
+/// MODE auto's candidates with a window cut-off: a memory nearer by a later window than by its
+/// own embedding (plain KNN's distance for it) keeps the window's distance only within `w`;
+/// farther, it is at its own embedding's distance, or gone when plain KNN's 20 did not have it.
+fn within_windows(auto: &[Got], plain: &[Got], w: f64) -> Vec<Got> {
+    let mut out: Vec<Got> = auto
+        .iter()
+        .filter_map(|h| {
+            let own = plain.iter().find(|p| p.id == h.id).map(|p| p.distance);
+            let by_window = own.is_none_or(|d| h.distance < d - 1e-6);
+            match (by_window && h.distance > w, own) {
+                (false, _) => Some(h.clone()),
+                (true, Some(d)) => Some(Got {
+                    distance: d,
+                    ..h.clone()
+                }),
+                (true, None) => None,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.distance.total_cmp(&b.distance));
+    out
 }
 
 /// The guide's walkthrough probes against its seed memories: this model's cosine distance beside

@@ -228,6 +228,10 @@ pub struct Config {
     /// `MODE auto`: a memory whose similarity is more than this below the best one's is not
     /// recalled (0: off).
     pub recall_relative_cutoff: f64,
+    /// `MODE auto`: a long text's later sentence window counts only within this cosine distance
+    /// (a short window stands close to more questions than a whole memory does); farther, the
+    /// memory is at its own embedding's distance (2: windows count as far as the cut-off).
+    pub recall_window_threshold: f64,
     /// `MODE auto`: how far the nearest memory's similarity must stand above the scope's
     /// background (the similarity of the farthest of `recall_candidates` candidates; a scope with
     /// fewer memories has no background) for anything to be recalled (0: off).
@@ -354,6 +358,7 @@ impl Default for Config {
             recall_mode: "auto".into(),
             recall_auto_threshold: 0.67,
             recall_relative_cutoff: 0.08,
+            recall_window_threshold: 0.45,
             recall_min_standout: 0.04,
             recall_keyword_weight: 0.0,
             recall_recency_weight: 0.05,
@@ -480,6 +485,7 @@ impl Config {
         }
         for (k, v) in [
             ("recall_relative_cutoff", self.recall_relative_cutoff),
+            ("recall_window_threshold", self.recall_window_threshold),
             ("recall_min_standout", self.recall_min_standout),
             ("recall_keyword_weight", self.recall_keyword_weight),
             ("recall_recency_weight", self.recall_recency_weight),

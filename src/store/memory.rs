@@ -521,9 +521,13 @@ impl Store {
                 (_, Err(e)) => return Err(e),
                 (Retrieval::Auto | Retrieval::Windows, Ok(hits)) => {
                     // The first windows' KNN and the later windows' KNN: each memory once, at
-                    // its nearest window, nearest first.
+                    // its nearest window (a later window only within recall_window_threshold),
+                    // nearest first.
+                    let limit = self.config().recall_window_threshold;
                     let mut all: Vec<Hit> = candidates.take().unwrap_or_default();
-                    for h in hits {
+                    for h in hits.into_iter().filter(|h| {
+                        *side != Retrieval::Windows || h.distance.is_some_and(|d| d <= limit)
+                    }) {
                         match all.iter_mut().find(|x| x.id == h.id) {
                             Some(x) if h.distance < x.distance => *x = h,
                             Some(_) => {}
