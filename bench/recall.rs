@@ -480,10 +480,17 @@ fn main() {
     );
     let mut candidates: Vec<(Rule, Vec<Metrics>)> = Vec::new();
     for (t, window) in cutoffs.iter().flat_map(|t| {
-        [None, Some(0.40), Some(0.45), Some(0.50), Some(0.55), Some(0.60)]
-            .into_iter()
-            .filter(move |w| w.is_none_or(|w| w < *t))
-            .map(move |w| (t, w))
+        [
+            None,
+            Some(0.40),
+            Some(0.45),
+            Some(0.50),
+            Some(0.55),
+            Some(0.60),
+        ]
+        .into_iter()
+        .filter(move |w| w.is_none_or(|w| w < *t))
+        .map(move |w| (t, w))
     }) {
         for relative in [None, Some(0.05), Some(0.08), Some(0.12), Some(0.16)] {
             for standout in [

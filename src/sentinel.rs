@@ -20,14 +20,29 @@ use redis::Value;
 use crate::store::value::{array, text};
 use crate::upstream::{Link, ReplyMode};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Sentinels {
     pub addrs: Vec<(String, u16)>,
     pub master: String,
     /// The sentinels' own ACL user and password (`sentinel_user`, `sentinel_password`), when
     /// they ask for one (`requirepass` in sentinel.conf); not Redis's.
     pub auth: Option<(Option<String>, String)>,
+    /// After every sentinel failed: until when new connections get that failure without asking
+    /// again, and the wait before the next try (doubling from [`FIRST_WAIT`] to [`LONGEST_WAIT`]),
+    /// so clients that reconnect in a loop do not flood sentinels that are down.
+    backoff: std::sync::Arc<std::sync::Mutex<Backoff>>,
 }
+
+#[derive(Debug, Default)]
+struct Backoff {
+    until: Option<std::time::Instant>,
+    wait: Duration,
+    why: String,
+}
+
+/// The first wait after every sentinel failed, and the longest.
+const FIRST_WAIT: Duration = Duration::from_millis(100);
+const LONGEST_WAIT: Duration = Duration::from_secs(2);
 
 impl Sentinels {
     /// From the URL's authority (`[user:password@]host:port,host:port`) and path
@@ -81,6 +96,7 @@ impl Sentinels {
                 addrs,
                 master: master.to_string(),
                 auth: None,
+                backoff: Default::default(),
             },
             user,
             password,
@@ -91,6 +107,31 @@ impl Sentinels {
     /// answering as soon as a majority agree), else the most common answer (the first-listed
     /// sentinel's on a tie); every sentinel's failure named when none answers.
     pub async fn primary(&self, timeout: Duration) -> Result<(String, u16), String> {
+        {
+            let b = self.backoff.lock().expect("backoff lock");
+            if let Some(until) = b.until.filter(|u| *u > std::time::Instant::now()) {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                return Err(format!(
+                    "{} (asking again in {} ms)",
+                    b.why,
+                    left.as_millis().max(1)
+                ));
+            }
+        }
+        let got = self.ask_all(timeout).await;
+        let mut b = self.backoff.lock().expect("backoff lock");
+        match &got {
+            Ok(_) => *b = Backoff::default(),
+            Err(why) => {
+                b.wait = (b.wait * 2).clamp(FIRST_WAIT, LONGEST_WAIT);
+                b.until = Some(std::time::Instant::now() + b.wait);
+                b.why = why.clone();
+            }
+        }
+        got
+    }
+
+    async fn ask_all(&self, timeout: Duration) -> Result<(String, u16), String> {
         use futures::StreamExt;
         let mut asks: futures::stream::FuturesUnordered<_> = self
             .addrs

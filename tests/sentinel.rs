@@ -279,3 +279,47 @@ fn sentinels_with_a_password() {
         "{got:?}"
     );
 }
+
+/// Clients that reconnect in a loop while no sentinel gives the primary (here: the sentinel
+/// refuses memproxy's missing password) do not flood the sentinels: after a failure memproxy
+/// waits (100 ms, doubling to 2 s) before it asks again, and answers the same one-line error
+/// meanwhile.
+#[test]
+fn failing_sentinels_are_asked_with_backoff() {
+    let primary = Redis::start(&[]);
+    let s = Redis::sentinel_with("shy", primary.port, "requirepass nope-nope");
+    let proxy = Proxy::start(
+        &format!("redis+sentinel://127.0.0.1:{}/shy", s.port),
+        |_| {},
+    );
+    let connections = || -> i64 {
+        let mut c = redis::Client::open(format!("redis://:nope-nope@127.0.0.1:{}", s.port))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let before = connections();
+    let start = Instant::now();
+    let mut errors = 0;
+    while start.elapsed() < Duration::from_millis(500) {
+        let mut raw = std::net::TcpStream::connect(proxy.addr).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut raw, &mut got).unwrap();
+        assert!(got.starts_with("-ERR upstream unavailable"), "{got:?}");
+        assert_eq!(got.matches("\r\n").count(), 1, "{got:?}");
+        errors += 1;
+    }
+    // One for our own INFO connection; the rest are memproxy's questions.
+    let asked = connections() - before - 1;
+    assert!(errors >= 20, "only {errors} connections tried");
+    assert!(
+        (1..=6).contains(&asked),
+        "{errors} clients in 500 ms made memproxy ask the sentinel {asked} times"
+    );
+}
