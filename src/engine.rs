@@ -125,11 +125,21 @@ impl Engine {
         &self.cfg
     }
 
-    /// In cluster mode, the slot a MEM.* request's data lives in (its user's tag, or its
-    /// memory id's); `None` for requests that touch no user's data.
-    pub fn mem_slot(&self, args: &[Vec<u8>]) -> Option<u16> {
+    /// A MEM.* request parsed once (`args[0]` is the verb): a transport that must route it
+    /// first (cluster mode, by [`Engine::mem_slot`]) runs it with [`Engine::execute_parsed`].
+    pub fn parse(&self, args: Vec<Vec<u8>>) -> Parsed {
+        let verb = verb_label(args.first().map(Vec::as_slice).unwrap_or_default());
+        Parsed {
+            verb,
+            cmd: mem::Command::parse(args, &self.cfg),
+        }
+    }
+
+    /// In cluster mode, the slot a parsed MEM.* request's data lives in (its user's tag, or its
+    /// memory id's); `None` for requests that touch no user's data (or did not parse).
+    pub fn mem_slot(&self, p: &Parsed) -> Option<u16> {
         self.cluster.as_ref()?;
-        let cmd = mem::Command::parse(args.to_vec(), &self.cfg).ok()?;
+        let cmd = p.cmd.as_ref().ok()?;
         cmd.slot_key(&self.store.keys)
             .map(|k| crate::cluster::slot::slot(k.as_bytes()))
     }
@@ -182,22 +192,30 @@ impl Engine {
         client: &ClientState,
         link: &mut Link,
     ) -> Reply {
-        self.run(args, client, link)
+        self.execute_parsed(self.parse(args), client, link).await
+    }
+
+    /// [`Engine::execute`] of a request parsed already.
+    pub async fn execute_parsed(&self, p: Parsed, client: &ClientState, link: &mut Link) -> Reply {
+        self.run_parsed(p, client, link)
             .await
             .unwrap_or_else(|e| Reply::Error(e.line()))
     }
 
-    /// [`Engine::execute`] with the error kept whole (its fault side), for transports that
-    /// answer errors in their own way (HTTP status codes).
-    pub async fn run(
+    /// [`Engine::execute_parsed`] with the error kept whole (its fault side), for transports
+    /// that answer errors in their own way (HTTP status codes).
+    pub async fn run_parsed(
         &self,
-        args: Vec<Vec<u8>>,
+        p: Parsed,
         client: &ClientState,
         link: &mut Link,
     ) -> Result<Reply, MemError> {
-        let verb = verb_label(args.first().map(Vec::as_slice).unwrap_or_default());
+        let verb = p.verb;
         let start = std::time::Instant::now();
-        let outcome = self.try_execute(args, client, link).await;
+        let outcome = match p.cmd {
+            Ok(cmd) => self.try_execute(cmd, client, link).await,
+            Err(e) => Err(e),
+        };
         self.metrics
             .latency
             .with_label_values(&[verb])
@@ -231,13 +249,12 @@ impl Engine {
 
     async fn try_execute(
         &self,
-        args: Vec<Vec<u8>>,
+        cmd: mem::Command,
         client: &ClientState,
         link: &mut Link,
     ) -> Result<Reply, MemError> {
-        // As Redis: syntax first, then authentication and rights (from Redis itself, on the
-        // client's connection, before any model run: see mem::embed::embed).
-        let cmd = mem::Command::parse(args, &self.cfg)?;
+        // As Redis: syntax first (parsed already), then authentication and rights (from Redis
+        // itself, on the client's connection, before any model run: see mem::embed::embed).
         if !client.authenticated && !client.trusted {
             // Redis refuses long requests from unauthenticated connections as a protocol error
             // (and closes them): ask with a PING first, so NOAUTH comes as Redis's own answer.
@@ -266,6 +283,14 @@ impl Engine {
         }
         cmd.apply(self, client, link).await
     }
+}
+
+/// A MEM.* request parsed once, with its verb's metrics label: parse errors are answered when
+/// it runs, as Redis answers a syntax error in its place.
+#[derive(Clone)]
+pub struct Parsed {
+    verb: &'static str,
+    cmd: Result<mem::Command, MemError>,
 }
 
 /// The metrics label of a verb: its name for the known ones, `other` for the rest (a client

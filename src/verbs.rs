@@ -67,13 +67,14 @@ impl<'e> Verbs<'e> {
     /// Run one MEM.* request (`args[0]` is the verb) and give its reply as JSON.
     pub async fn run(&mut self, args: Vec<String>) -> Result<Value, VerbError> {
         let args: Vec<Vec<u8>> = args.into_iter().map(String::into_bytes).collect();
+        let parsed = self.engine.parse(args);
         let link = match &self.engine.cluster {
             None => &mut self.link,
             Some(cluster) => {
                 let topology = cluster.topology();
                 let node = self
                     .engine
-                    .mem_slot(&args)
+                    .mem_slot(&parsed)
                     .and_then(|s| topology.master_of(s))
                     .or_else(|| topology.masters.first())
                     .cloned()
@@ -90,7 +91,9 @@ impl<'e> Verbs<'e> {
                 self.nodes.get_mut(&node).expect("just opened")
             }
         };
-        Ok(to_json(self.engine.run(args, &self.client, link).await?))
+        Ok(to_json(
+            self.engine.run_parsed(parsed, &self.client, link).await?,
+        ))
     }
 }
 

@@ -936,7 +936,8 @@ impl Session {
     /// was refused with `MOVED` / `ASK` (its slot moving: refused at dispatch, before it ran) runs
     /// again where Redis says; `TRYAGAIN` (some of its keys moved, some not yet) after a pause.
     async fn mem(&mut self, args: Cmd) -> Result<(), Stop> {
-        let mut node = match self.engine.mem_slot(&args) {
+        let parsed = self.engine.parse(args);
+        let mut node = match self.engine.mem_slot(&parsed) {
             Some(s) => match self.master_of(s).await {
                 Some(n) => n,
                 None => {
@@ -949,7 +950,7 @@ impl Session {
         let mut asking = false;
         let mut tries = 0;
         loop {
-            let reply = self.mem_on(&node, args.clone(), asking).await?;
+            let reply = self.mem_on(&node, parsed.clone(), asking).await?;
             tries += 1;
             let line = match &reply {
                 Reply::Error(line) if tries < MEM_RETRIES => line.clone(),
@@ -979,14 +980,22 @@ impl Session {
     }
 
     /// One run of a MEM.* verb on `node`'s connection, lent as a [`Link`].
-    async fn mem_on(&mut self, node: &str, args: Cmd, asking: bool) -> Result<Reply, Stop> {
+    async fn mem_on(
+        &mut self,
+        node: &str,
+        parsed: crate::engine::Parsed,
+        asking: bool,
+    ) -> Result<Reply, Stop> {
         let node = node.to_string();
         self.open(&node).await?;
         let n = self.nodes.remove(&node).expect("opened");
         let mut link = Link::new(n.stream, n.buf, ReplyMode::On, self.timeout);
         link.node = Some(node.clone());
         link.asking = asking;
-        let reply = self.engine.execute(args, &self.state, &mut link).await;
+        let reply = self
+            .engine
+            .execute_parsed(parsed, &self.state, &mut link)
+            .await;
         if !link.pushes.is_empty() {
             self.out.extend_from_slice(&link.pushes);
         }

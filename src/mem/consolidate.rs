@@ -13,6 +13,7 @@ use crate::upstream::Link;
 /// `kept, merged, hit_count, ttl`, one per group merged (with DRYRUN: that would be). Groups never
 /// span users, namespaces or kinds; without NS (KIND) each namespace (kind) is consolidated on its
 /// own. THRESHOLD defaults to the dedup threshold.
+#[derive(Clone)]
 pub struct Consolidate {
     pub scope: Scope,
     pub threshold: f64,

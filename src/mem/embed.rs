@@ -9,6 +9,7 @@ use crate::upstream::Link;
 
 /// # Format
 /// `MEM.EMBED text` → array of doubles (the model's dimension, unit length).
+#[derive(Clone)]
 pub struct Embed {
     pub text: String,
 }

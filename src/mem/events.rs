@@ -9,6 +9,7 @@ use crate::upstream::Link;
 /// # Format
 /// `MEM.EVENTS thread [COUNT n] [USER u]` → array of maps `id, action, detail, ts` (default
 /// COUNT 20). USER: as for MEM.SESSION (the thread's user; required in cluster mode).
+#[derive(Clone)]
 pub struct Events {
     pub thread: String,
     pub count: usize,

@@ -10,6 +10,7 @@ use crate::upstream::Link;
 /// # Format
 /// `MEM.FORGET id` → 1 or 0; `MEM.FORGET USER u [NS ns] [KIND k]` → the number deleted. Without NS
 /// (and KIND), every namespace (kind) of the user.
+#[derive(Clone)]
 pub enum Forget {
     Id(String),
     Scope(Scope),

@@ -10,6 +10,7 @@ use crate::upstream::Link;
 
 /// # Format
 /// `MEM.LIST [USER u] [NS ns] [KIND k] [LIMIT offset count]` → array of memories (default LIMIT 0 20).
+#[derive(Clone)]
 pub struct List {
     pub scope: Scope,
     pub offset: usize,

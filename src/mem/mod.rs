@@ -46,6 +46,7 @@ pub fn text_to_embed(args: &[Vec<u8>]) -> Option<String> {
     String::from_utf8(args.get(at)?.clone()).ok()
 }
 
+#[derive(Clone)]
 pub enum Command {
     Ping,
     Help,

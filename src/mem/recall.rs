@@ -17,6 +17,7 @@ pub const MAX_K: i64 = 1000;
 /// # Format
 /// `MEM.RECALL query [USER u] [NS ns] [KIND k] [THREAD t] [K n] [THRESHOLD distance]
 /// [MODE auto|vector|keyword|hybrid] [WEIGHTS kw vec]` → array of hits, best first.
+#[derive(Clone)]
 pub struct RecallCmd {
     pub query: String,
     pub scope: Scope,
@@ -24,6 +25,7 @@ pub struct RecallCmd {
 }
 
 /// K, THRESHOLD, MODE and WEIGHTS, shared with MEM.TURN.
+#[derive(Clone)]
 pub struct RecallOpts {
     pub k: usize,
     pub threshold: f64,

@@ -25,6 +25,7 @@ use crate::upstream::Link;
 /// CREATED and HITS restore a memory learned earlier (`memproxy import` uses them): a new memory
 /// gets that `created_ts` and `hit_count`; a dedup adds 1 + HITS to the existing one's count (as
 /// without HITS it adds 1). Both are written by the same script call as the memory.
+#[derive(Clone)]
 pub struct Remember {
     pub text: String,
     pub scope: Scope,
@@ -40,6 +41,7 @@ pub struct Remember {
 const CREATED_AHEAD_SECONDS: f64 = 86_400.0;
 
 /// TTL as the request gave it.
+#[derive(Clone)]
 pub enum Ttl {
     /// The kind's default (episodic: `episodic_ttl_seconds`, semantic: none).
     KindDefault,
@@ -48,6 +50,7 @@ pub enum Ttl {
 }
 
 /// Dedup as the request gave it.
+#[derive(Clone)]
 pub enum Dedup {
     /// `dedup_threshold` from the config.
     Default,

@@ -18,6 +18,7 @@ use crate::upstream::Link;
 ///
 /// USER names the thread's user: a session of another user is refused. In cluster mode it is
 /// required (a thread's keys carry its user's hash tag).
+#[derive(Clone)]
 pub enum SessionCmd {
     Start {
         thread: String,

@@ -23,6 +23,7 @@ use crate::upstream::Link;
 ///
 /// The content is embedded once. Recall, remember (with dedup), the append to the session and the
 /// event run in one script: one upstream round trip, and the turn is not recalled to itself.
+#[derive(Clone)]
 pub struct TurnCmd {
     pub thread: String,
     pub role: String,

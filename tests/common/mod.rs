@@ -110,10 +110,12 @@ impl Redis {
 
     fn spawn(port: u16, modules: bool, extra: &[&str]) -> Redis {
         let d = deps();
-        // Each server in a directory of its own: a replica's full sync makes its primary write
-        // dump.rdb, which a later server started in the same directory would load.
+        // Each server in a directory of its own, emptied first: a replica's full sync makes its
+        // primary write dump.rdb, and a cluster node writes nodes.conf, which a later server on
+        // the same port (another test's) would load: its slots "already busy".
         let dir =
             std::env::temp_dir().join(format!("memproxy-test-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut cmd = Command::new(d.join("bin/redis-server"));
         cmd.args([
