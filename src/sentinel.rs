@@ -20,17 +20,26 @@ use redis::Value;
 use crate::store::value::{array, text};
 use crate::upstream::{Link, ReplyMode};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Sentinels {
     pub addrs: Vec<(String, u16)>,
     pub master: String,
     /// The sentinels' own ACL user and password (`sentinel_user`, `sentinel_password`), when
     /// they ask for one (`requirepass` in sentinel.conf); not Redis's.
     pub auth: Option<(Option<String>, String)>,
+    /// `rediss+sentinel://`: the sentinels are asked over TLS (the primary is reached over TLS
+    /// too, by the upstream).
+    pub tls: Option<tokio_rustls::TlsConnector>,
     /// After every sentinel failed: until when new connections get that failure without asking
     /// again, and the wait before the next try (doubling from [`FIRST_WAIT`] to [`LONGEST_WAIT`]),
     /// so clients that reconnect in a loop do not flood sentinels that are down.
     backoff: std::sync::Arc<std::sync::Mutex<Backoff>>,
+}
+
+impl std::fmt::Debug for Sentinels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +105,7 @@ impl Sentinels {
                 addrs,
                 master: master.to_string(),
                 auth: None,
+                tls: None,
                 backoff: Default::default(),
             },
             user,
@@ -194,7 +204,19 @@ impl Sentinels {
             .await
             .map_err(|_| "connect timed out".to_string())?
             .map_err(|e| e.to_string())?;
-        let mut link = Link::new(Box::new(tcp), BytesMut::new(), ReplyMode::On, timeout);
+        let stream: crate::upstream::Stream = match &self.tls {
+            None => Box::new(tcp),
+            Some(connector) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| e.to_string())?;
+                let tls = tokio::time::timeout(timeout, connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| "TLS handshake timed out".to_string())?
+                    .map_err(|e| format!("TLS: {e}"))?;
+                Box::new(tls)
+            }
+        };
+        let mut link = Link::new(stream, BytesMut::new(), ReplyMode::On, timeout);
         let args =
             |a: &[&str]| -> Vec<Vec<u8>> { a.iter().map(|s| s.as_bytes().to_vec()).collect() };
         if let Some((user, password)) = &self.auth {

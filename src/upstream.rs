@@ -65,22 +65,30 @@ impl UpstreamAddr {
     }
 
     pub fn from_config(cfg: &Config) -> Result<UpstreamAddr, String> {
-        if cfg.upstream.starts_with("rediss+sentinel://") {
-            return Err(format!(
-                "{}: TLS behind Sentinel is not supported yet (redis+sentinel://)",
-                cfg.upstream
-            ));
-        }
-        if cfg.upstream.starts_with("redis+sentinel://") {
-            let (mut s, user, password) = crate::sentinel::Sentinels::parse(&cfg.upstream)?;
+        let tls_sentinel = cfg.upstream.starts_with("rediss+sentinel://");
+        if tls_sentinel || cfg.upstream.starts_with("redis+sentinel://") {
+            let url = cfg
+                .upstream
+                .replacen("rediss+sentinel://", "redis+sentinel://", 1);
+            let (mut s, user, password) = crate::sentinel::Sentinels::parse(&url)?;
             s.auth = match (&cfg.sentinel_user, &cfg.sentinel_password) {
                 (u, Some(p)) => Some((u.clone(), p.clone())),
                 (Some(_), None) => return Err("sentinel_user needs sentinel_password".to_string()),
                 (None, None) => None,
             };
+            // rediss+sentinel: TLS to the sentinels and to the primary they name, each checked
+            // against its own host name (or IP address).
+            let tls = if tls_sentinel {
+                let host = s.addrs[0].0.clone();
+                let (connector, name) = tls_connector(cfg, &host)?;
+                s.tls = Some(connector.clone());
+                Some((connector, name))
+            } else {
+                None
+            };
             return Ok(UpstreamAddr {
                 target: Target::Sentinel(s),
-                tls: None,
+                tls,
                 user,
                 password,
                 db: 0,
@@ -162,7 +170,7 @@ impl UpstreamAddr {
         match &self.target {
             Target::Tcp(h, p) => format!("{h}:{p}{t}"),
             Target::Unix(p) => format!("unix:{}", p.display()),
-            Target::Sentinel(s) => s.describe(),
+            Target::Sentinel(s) => format!("{}{t}", s.describe()),
         }
     }
 
@@ -185,7 +193,16 @@ impl UpstreamAddr {
                     .await
                     .map_err(|e| format!("{h}:{p} (the primary of '{}'): {e}", s.master))?;
                 let _ = tcp.set_nodelay(true);
-                Ok(Box::new(tcp))
+                match &self.tls {
+                    None => Ok(Box::new(tcp)),
+                    Some((connector, _)) => {
+                        let name = rustls::pki_types::ServerName::try_from(h.clone())
+                            .map_err(|e| format!("{h}: {e}"))?;
+                        Ok(Box::new(connector.connect(name, tcp).await.map_err(
+                            |e| format!("{h}:{p} (the primary of '{}'): TLS: {e}", s.master),
+                        )?))
+                    }
+                }
             }
             Target::Tcp(h, p) => {
                 let tcp = tokio::net::TcpStream::connect((h.as_str(), *p))

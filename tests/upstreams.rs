@@ -31,7 +31,8 @@ impl Pki {
     /// A certificate for `name` signed by the CA: (cert path, key path, DER cert, DER key).
     fn issue(&self, name: &str) -> (PathBuf, PathBuf, Vec<u8>, Vec<u8>) {
         let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+        // The name and 127.0.0.1 (a sentinel names its primary by IP address).
+        let cert = rcgen::CertificateParams::new(vec![name.to_string(), "127.0.0.1".to_string()])
             .unwrap()
             .signed_by(&key, &self.ca, &self.ca_key)
             .unwrap();
@@ -179,6 +180,35 @@ fn rediss_with_a_ca_file_insecure_and_a_client_certificate() {
     assert!(
         !line.starts_with("+PONG"),
         "a server requiring a client certificate let us in: {line}"
+    );
+}
+
+/// `rediss+sentinel://`: TLS to the sentinel and to the primary it names, both checked against
+/// the test's CA (terminators in front of a real sentinel and a real Redis; the sentinel knows
+/// the primary by its TLS address).
+#[test]
+fn rediss_behind_sentinel() {
+    let pki = Pki::new();
+    let redis = Redis::start(&[]);
+    let primary_tls = terminator(&pki, redis.port, false);
+    let sentinel = Redis::sentinel("tlsmaster", primary_tls);
+    let sentinel_tls = terminator(&pki, sentinel.port, false);
+    let url = format!("rediss+sentinel://127.0.0.1:{sentinel_tls}/tlsmaster");
+    let proxy = Proxy::start(&url, |c| c.tls_ca_file = Some(pki.ca_path()));
+    exercise(&proxy, &unique("tls-sentinel"));
+    let mut d = direct(&redis);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("agent:mem:*").query(&mut d).unwrap();
+    assert!(!keys.is_empty(), "written on the primary behind TLS");
+    // Without the CA the sentinel's certificate is refused: one error line, nothing reached.
+    let untrusted = Proxy::start(&url, |_| {});
+    let mut raw = std::net::TcpStream::connect(untrusted.addr).unwrap();
+    raw.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut got = String::new();
+    raw.read_to_string(&mut got).unwrap();
+    assert!(
+        got.starts_with("-ERR upstream unavailable") && got.contains("TLS"),
+        "{got:?}"
     );
 }
 
