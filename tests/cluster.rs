@@ -1306,3 +1306,51 @@ fn a_braced_index_name_is_refused_in_cluster_mode() {
     assert!(!ok, "{err}");
     assert!(err.contains("must not contain"), "{err}");
 }
+
+/// A slot half moved (issue 26, hostile cases): a multi-key command over keys of which some have
+/// left answers Redis's own `TRYAGAIN` as one error line and the connection goes on; a key that
+/// has left is followed there with ASK; once the move ends, both keys answer from the new owner.
+#[test]
+fn a_half_moved_slot_answers_tryagain_and_asks() {
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let mut c = proxy.client();
+    let (a, b) = ("{half}a", "{half}b");
+    q(&mut c, &["SET", a, "1"]);
+    q(&mut c, &["SET", b, "2"]);
+    let slot = cluster.keyslot(a);
+    let from = cluster.owner(a);
+    let to = cluster
+        .nodes
+        .iter()
+        .take(3)
+        .find(|n| n.port != from.port)
+        .unwrap();
+    cluster.begin_move(slot, from, to);
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(a)
+        .query(&mut direct(from))
+        .unwrap();
+    let e = err(&mut c, &["MGET", a, b]);
+    assert!(e.starts_with("TRYAGAIN"), "{e}");
+    assert_eq!(
+        as_str(&q(&mut c, &["PING"])),
+        "PONG",
+        "the connection goes on"
+    );
+    assert_eq!(as_str(&q(&mut c, &["GET", a])), "1", "followed with ASK");
+    assert_eq!(as_str(&q(&mut c, &["GET", b])), "2", "still on the source");
+    cluster.migrate_keys(slot, from, to, 10, Duration::ZERO);
+    cluster.end_move(slot, to);
+    let both = q(&mut c, &["MGET", a, b]);
+    assert_eq!(
+        items(&both).iter().map(as_str).collect::<Vec<_>>(),
+        ["1", "2"]
+    );
+}
