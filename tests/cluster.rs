@@ -999,40 +999,6 @@ fn migrate_covers_every_master() {
         }
     }
     // Each master's index replaced by one of the guide's schema over the same documents.
-    let guide = |name: &str| -> Vec<String> {
-        let mut a: Vec<String> = [name, "ON", "JSON", "PREFIX", "1", "agent:mem:", "SCHEMA"]
-            .map(String::from)
-            .to_vec();
-        for (path, kind) in [
-            ("text", "TEXT"),
-            ("user", "TAG"),
-            ("namespace", "TAG"),
-            ("kind", "TAG"),
-            ("source_thread", "TAG"),
-            ("created_ts", "NUMERIC"),
-            ("hit_count", "NUMERIC"),
-        ] {
-            a.extend([format!("$.{path}"), "AS".into(), path.into(), kind.into()]);
-        }
-        a.extend(
-            [
-                "$.embedding",
-                "AS",
-                "embedding",
-                "VECTOR",
-                "HNSW",
-                "6",
-                "TYPE",
-                "FLOAT32",
-                "DIM",
-                "384",
-                "DISTANCE_METRIC",
-                "COSINE",
-            ]
-            .map(String::from),
-        );
-        a
-    };
     let index_of = |node: &Redis| -> String {
         let list: Vec<String> = redis::cmd("FT._LIST").query(&mut direct(node)).unwrap();
         assert_eq!(list.len(), 1, "{list:?}");
@@ -1043,7 +1009,7 @@ fn migrate_covers_every_master() {
         let mut d = direct(node);
         let _: () = redis::cmd("FT.DROPINDEX").arg(name).query(&mut d).unwrap();
         let _: () = redis::cmd("FT.CREATE")
-            .arg(guide(name))
+            .arg(guide_index(name, "agent:mem:"))
             .query(&mut d)
             .unwrap();
     }
@@ -1327,16 +1293,7 @@ fn a_half_moved_slot_answers_tryagain_and_asks() {
         .find(|n| n.port != from.port)
         .unwrap();
     cluster.begin_move(slot, from, to);
-    let _: () = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(to.port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(a)
-        .query(&mut direct(from))
-        .unwrap();
+    cluster.migrate(from, to, &[a.to_string()]);
     let e = err(&mut c, &["MGET", a, b]);
     assert!(e.starts_with("TRYAGAIN"), "{e}");
     assert_eq!(

@@ -307,24 +307,17 @@ fn the_page_and_mcp_can_be_turned_off() {
 
 /// A form post, as the guide's own page sends (`application/x-www-form-urlencoded`).
 fn form(base: &str, path: &str, pairs: &[(&str, &str)]) -> (u16, Value) {
-    use std::io::{Read, Write};
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
         .finish();
-    let addr = base.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    let line = body.lines().find(|l| l.starts_with('{')).unwrap_or("{}");
-    (status, json(line))
+    let (status, body) = http_as(
+        base,
+        "POST",
+        path,
+        "application/x-www-form-urlencoded",
+        &body,
+    );
+    (status, json(&body))
 }
 
 /// Route by route, the fields the guide's `demo_server.py` answers and its page reads, with the

@@ -421,18 +421,23 @@ impl ClusterNodes {
             if keys.is_empty() {
                 return;
             }
-            let _: () = redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(to.port)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("KEYS")
-                .arg(&keys)
-                .query(&mut d)
-                .unwrap();
+            self.migrate(from, to, &keys);
             std::thread::sleep(pause);
         }
+    }
+
+    /// `keys` from `from` to `to` by one MIGRATE (their slot being moved).
+    pub fn migrate(&self, from: &Redis, to: &Redis, keys: &[String]) {
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to.port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query(&mut direct(from))
+            .unwrap();
     }
 
     /// Every node is told `to` serves `slot`.
@@ -885,13 +890,24 @@ pub fn wait_indexed(d: &mut redis::Connection) {
 /// One HTTP/1.1 request to `base` (`http://host:port` or `host:port`): (status, body; a chunked
 /// body's JSON line).
 pub fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_as(base, method, path, "application/json", body)
+}
+
+/// [`http`] with a body of another content type (`application/x-www-form-urlencoded`).
+pub fn http_as(
+    base: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
     let addr = base.trim_start_matches("http://");
     let Ok(mut s) = TcpStream::connect(addr) else {
         return (0, String::new());
     };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -905,4 +921,29 @@ pub fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
         .unwrap_or(body)
         .to_string();
     (status, body)
+}
+
+/// The FT.CREATE arguments of the redis.io agent-memory guide's index: `name` over JSON documents
+/// under `prefix`, its fields and 384-float HNSW cosine vectors, scope tags without CASESENSITIVE.
+pub fn guide_index(name: &str, prefix: &str) -> Vec<String> {
+    let mut a: Vec<String> = [name, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA"]
+        .map(String::from)
+        .to_vec();
+    for (field, kind) in [
+        ("text", "TEXT"),
+        ("user", "TAG"),
+        ("namespace", "TAG"),
+        ("kind", "TAG"),
+        ("source_thread", "TAG"),
+        ("created_ts", "NUMERIC SORTABLE"),
+        ("hit_count", "NUMERIC SORTABLE"),
+        (
+            "embedding",
+            "VECTOR HNSW 6 TYPE FLOAT32 DIM 384 DISTANCE_METRIC COSINE",
+        ),
+    ] {
+        a.extend([format!("$.{field}"), "AS".into(), field.into()]);
+        a.extend(kind.split(' ').map(String::from));
+    }
+    a
 }
