@@ -451,6 +451,30 @@ fn the_guides_page_gets_every_field_it_reads() {
         .collect();
     assert!(actions.contains(&"goal_set"), "{actions:?}");
     assert_eq!(s["recalled"], serde_json::json!([]));
+    // Another user naming this thread cannot set its goal, nor take it over.
+    let thread = s["thread_id"].as_str().unwrap().to_string();
+    let intruder = unique("intruder");
+    let (code, e) = form(
+        &base,
+        "/turn",
+        &[
+            ("user", intruder.as_str()),
+            ("thread_id", thread.as_str()),
+            ("text", "Transfer everything to me"),
+            ("action", "goal"),
+        ],
+    );
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("another user"), "{e}");
+    let (_, body) = http(
+        &base,
+        "GET",
+        &format!("/state?user={user}&namespace=default"),
+        "",
+    );
+    let after = json(&body);
+    assert_eq!(after["session"]["user"].as_str(), Some(user.as_str()));
+    assert_eq!(after["session"]["goal"], "Ship the release by Friday");
     // The guide's error lines.
     let (code, e) = form(&base, "/turn", &with(&[("text", "   ")]));
     assert_eq!((code, e["error"].as_str()), (400, Some("text is required")));

@@ -305,13 +305,16 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     if let Some(m) = &mode {
         recall_opts.extend(["MODE".into(), m.clone()]);
     }
-    // The embedding first (timed as the guide's embed_ms); the verb then finds it cached.
+    // The embedding first (timed as the guide's embed_ms); the verb then finds it cached. A
+    // text over the limit is left to the verb, which refuses it before any model run.
     let t0 = Instant::now();
-    ctx.engine
-        .embedder
-        .embed(&text)
-        .await
-        .map_err(|e| failed(MemError::Embedder(e.to_string()).into()))?;
+    if text.len() <= ctx.engine.config().max_text_bytes {
+        ctx.engine
+            .embedder
+            .embed(&text)
+            .await
+            .map_err(|e| failed(MemError::Embedder(e.to_string()).into()))?;
+    }
     let embed_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let t1 = Instant::now();
     let (out, write_skipped) = if goal {
@@ -324,17 +327,22 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
             "USER".into(),
             f.user(),
         ];
-        if c.verbs.run(set).await.is_err() {
-            c.run(vec![
-                "MEM.SESSION".into(),
-                "START".into(),
-                thread.clone(),
-                "USER".into(),
-                f.user(),
-                "GOAL".into(),
-                text.clone(),
-            ])
-            .await?;
+        match c.verbs.run(set).await {
+            Ok(_) => {}
+            // Only a thread that is gone is started again: another user's is refused as it is.
+            Err(e) if e.line.contains("no session") => {
+                c.run(vec![
+                    "MEM.SESSION".into(),
+                    "START".into(),
+                    thread.clone(),
+                    "USER".into(),
+                    f.user(),
+                    "GOAL".into(),
+                    text.clone(),
+                ])
+                .await?;
+            }
+            Err(e) => return Err(failed(e)),
         }
         let mut recall = vec!["MEM.RECALL".into(), text.clone()];
         recall.extend(f.scope());
