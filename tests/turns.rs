@@ -283,6 +283,30 @@ fn session_lifecycle() {
         "ada"
     );
     assert!(err(&mut con, &["MEM.SESSION", "GOAL", &unique("nosuch"), "x"]).contains("no session"));
+    // START on a thread of another user is refused, not a takeover; its own user may update it.
+    let e = err(
+        &mut con,
+        &[
+            "MEM.SESSION",
+            "START",
+            &t,
+            "USER",
+            "eve",
+            "GOAL",
+            "mine now",
+        ],
+    );
+    assert!(e.starts_with("NOPERM"), "{e}");
+    let g = q(&mut con, &["MEM.SESSION", "GET", &t]);
+    assert_eq!(
+        (as_str(get(&g, "user")), as_str(get(&g, "goal"))),
+        ("ada".to_string(), String::new())
+    );
+    let again = q(
+        &mut con,
+        &["MEM.SESSION", "START", &t, "USER", "ada", "GOAL", "g2"],
+    );
+    assert_eq!(as_i64(get(&again, "created")), 0);
 }
 
 #[test]

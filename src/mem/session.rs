@@ -105,6 +105,9 @@ impl SessionCmd {
         let store = &engine.store;
         let named = self.user().unwrap_or_default().to_string();
         let owner = match &self {
+            // A START that names its user may create the thread or update that user's own; a
+            // thread of another user is refused, not taken over.
+            SessionCmd::Start { .. } if owner.is_empty() => named.clone(),
             SessionCmd::Start { .. } => owner.to_string(),
             _ => thread_owner(engine, owner, self.user())?,
         };
