@@ -47,7 +47,12 @@ struct Backoff {
     until: Option<std::time::Instant>,
     wait: Duration,
     why: String,
+    /// When sentinels that disagree were last logged (at most once every [`WARN_EVERY`]: every
+    /// connection asks again).
+    warned: Option<std::time::Instant>,
 }
+
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The first wait after every sentinel failed, and the longest.
 const FIRST_WAIT: Duration = Duration::from_millis(100);
@@ -131,7 +136,10 @@ impl Sentinels {
         let got = self.ask_all(timeout).await;
         let mut b = self.backoff.lock().expect("backoff lock");
         match &got {
-            Ok(_) => *b = Backoff::default(),
+            Ok(_) => {
+                b.until = None;
+                b.wait = Duration::ZERO;
+            }
             Err(why) => {
                 b.wait = (b.wait * 2).clamp(FIRST_WAIT, LONGEST_WAIT);
                 b.until = Some(std::time::Instant::now() + b.wait);
@@ -169,7 +177,16 @@ impl Sentinels {
             Some(addr) => {
                 let distinct: std::collections::BTreeSet<_> =
                     answers.iter().map(|(_, a)| a).collect();
-                if distinct.len() > 1 {
+                let now = std::time::Instant::now();
+                let due = {
+                    let mut b = self.backoff.lock().expect("backoff lock");
+                    let due = b.warned.is_none_or(|w| now.duration_since(w) >= WARN_EVERY);
+                    if due && distinct.len() > 1 {
+                        b.warned = Some(now);
+                    }
+                    due
+                };
+                if due && distinct.len() > 1 {
                     let said: Vec<String> = answers
                         .iter()
                         .map(|(i, (h, p))| {
