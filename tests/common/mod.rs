@@ -61,10 +61,12 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A redis-server this test process owns; killed on drop and when the process dies.
+/// A redis-server this test process owns; killed on drop and when the process dies. Its
+/// directory goes with it on drop.
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
+    dir: Option<PathBuf>,
 }
 
 impl Redis {
@@ -150,6 +152,7 @@ impl Redis {
         Redis {
             port,
             child: Some(child),
+            dir: Some(dir),
         }
     }
 
@@ -211,6 +214,7 @@ impl Redis {
             let mut r = Redis {
                 port,
                 child: Some(spawn_from_keeper(cmd)),
+                dir: Some(dir.clone()),
             };
             let password = conf_extra
                 .lines()
@@ -272,6 +276,9 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
