@@ -93,15 +93,8 @@ async fn reembed_index(
                 let json = serde_json::to_string(&v[..]).unwrap_or_default();
                 writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json, "XX"]));
                 // A long text's later windows, by the same model (`embed::windows`).
-                let parts = crate::embed::windows::split(&m.text);
-                if !parts.is_empty() {
-                    let mut ws = Vec::new();
-                    for w in
-                        futures::future::join_all(parts.iter().map(|w| engine.embedder.embed(w)))
-                            .await
-                    {
-                        ws.push(w.map_err(|e| MemError::Embedder(e.to_string()))?);
-                    }
+                let ws = crate::mem::embed::windows(engine, &m.text).await?;
+                if !ws.is_empty() {
                     let ws: Vec<&[f32]> = ws.iter().map(|w| &w[..]).collect();
                     let json = serde_json::to_string(&ws).unwrap_or_default();
                     windows.push(cmd(&["JSON.SET", &m.key, "$.windows", &json]));

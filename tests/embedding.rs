@@ -409,3 +409,60 @@ fn a_panicking_or_stuck_model_run_fails_only_its_requests() {
         );
     });
 }
+
+/// A model that takes 5 ms a text and records the order in which texts were run.
+struct Slow(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl memproxy::embed::Model for Slow {
+    fn dim(&self) -> usize {
+        3
+    }
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memproxy::embed::EmbedError> {
+        std::thread::sleep(Duration::from_millis(5 * texts.len() as u64));
+        let mut seen = self.0.lock().unwrap();
+        seen.extend(texts.iter().map(|t| t.to_string()));
+        Ok(texts.iter().map(|_| vec![1.0, 0.0, 0.0]).collect())
+    }
+}
+
+/// The windows of a long text (hundreds for 100 KB) wait behind callers' texts: a question asked
+/// while 200 windows are queued is embedded after at most one short run of windows, never in a
+/// run with them, and windows are not cached.
+#[test]
+fn a_long_texts_windows_never_hold_up_a_callers_text() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cfg = memproxy::Config::default();
+        let info = memproxy::embed::ModelInfo {
+            name: "slow".into(),
+            path: String::new(),
+            dim: 3,
+        };
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let e = memproxy::embed::Embedder::with_models(
+            vec![Box::new(Slow(seen.clone()))],
+            info,
+            None,
+            &cfg,
+        );
+        let windows: Vec<String> = (0..200).map(|i| format!("window {i}")).collect();
+        let bg = {
+            let e = e.clone();
+            let windows = windows.clone();
+            tokio::spawn(async move {
+                futures::future::join_all(windows.iter().map(|w| e.embed_window(w))).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let start = std::time::Instant::now();
+        e.embed("the caller's question").await.unwrap();
+        let waited = start.elapsed();
+        let order = seen.lock().unwrap().clone();
+        let at = order.iter().position(|t| t == "the caller's question").unwrap();
+        assert!(at < 40, "the question ran after {at} windows ({waited:?})");
+        assert!(bg.await.unwrap().iter().all(|r| r.is_ok()));
+        assert_eq!(seen.lock().unwrap().len(), 201);
+        assert!(!e.cache().contains("window 7"), "windows are not cached");
+        assert!(e.cache().contains("the caller's question"));
+    });
+}

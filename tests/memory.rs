@@ -1285,4 +1285,15 @@ fn long_texts_are_found_by_their_second_half() {
         &["USER", &user, "MODE", "keyword"],
     );
     assert_eq!(hits.len(), 1);
+    // ... and by meaning too, by its last sentence: windows cover a 100 KB text to its end.
+    let tail = "Anyway, about me: my sister Ines just moved to Porto, where she works as an architect.";
+    let huge = format!("{}{tail}", filler.repeat(350));
+    assert!(huge.len() > 100_000);
+    let huge_id = as_str(get(&remember(&mut con, &huge, &["USER", &user]), "id"));
+    let hits = recall(&mut con, question, &["USER", &user, "K", "5"]);
+    assert!(
+        hits.iter().any(|h| as_str(get(h, "id")) == huge_id),
+        "{huge_id} not among {:?}",
+        hits.iter().map(|h| as_str(get(h, "id"))).collect::<Vec<_>>()
+    );
 }

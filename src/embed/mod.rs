@@ -46,10 +46,15 @@ pub enum EmbedError {
     Timeout(u64),
 }
 
+/// A window of a long text may wait this many times `embed_timeout_ms` (see `worker`).
+pub const WINDOW_DEADLINE: u32 = 6;
+
 /// Cloneable handle to the embedding workers.
 #[derive(Clone)]
 pub struct Embedder {
     queue: crossbeam_channel::Sender<worker::Job>,
+    /// Long texts' windows (see `worker`).
+    background: crossbeam_channel::Sender<worker::Job>,
     capacity: usize,
     cache: Arc<cache::Cache>,
     pool: Arc<worker::Pool>,
@@ -118,17 +123,19 @@ impl Embedder {
             cfg.embed_cache_bytes,
         ));
         let (tx, rx) = crossbeam_channel::bounded(cfg.embed_queue);
+        let (btx, brx) = crossbeam_channel::bounded(cfg.embed_queue);
         let batching = worker::Batching {
             max_batch: cfg.embed_max_batch,
             max_wait: std::time::Duration::from_micros(cfg.embed_max_wait_us),
         };
         let inflight = Arc::new(worker::InFlight::new());
-        let pool = worker::Pool::new(rx, batching, cache.clone(), inflight.clone(), factory);
+        let pool = worker::Pool::new(rx, brx, batching, cache.clone(), inflight.clone(), factory);
         for model in models {
             pool.spawn(model);
         }
         Embedder {
             queue: tx,
+            background: btx,
             capacity: cfg.embed_queue,
             cache,
             pool,
@@ -157,7 +164,7 @@ impl Embedder {
 
     /// Texts waiting for a worker.
     pub fn queue_depth(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.background.len()
     }
 
     /// Report the size of every model run to `hist`.
@@ -176,16 +183,32 @@ impl Embedder {
     /// The embedding of `text`: from the cache, from a run already under way for the same text,
     /// or from a worker.
     pub async fn embed(&self, text: &str) -> Result<Vector, EmbedError> {
+        self.embed_on(text, false).await
+    }
+
+    /// The embedding of one window of a long text (`windows`): queued behind every caller's
+    /// text, taken a few at a time, not cached.
+    pub async fn embed_window(&self, text: &str) -> Result<Vector, EmbedError> {
+        self.embed_on(text, true).await
+    }
+
+    async fn embed_on(&self, text: &str, background: bool) -> Result<Vector, EmbedError> {
         if let Some(v) = self.cache.get(text) {
             return Ok(v);
         }
+        let queue = if background {
+            &self.background
+        } else {
+            &self.queue
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         match self.inflight.entry(text.to_owned()) {
             dashmap::Entry::Occupied(mut waiting) => waiting.get_mut().push(tx),
             dashmap::Entry::Vacant(slot) => {
-                self.queue
+                queue
                     .try_send(worker::Job {
                         text: text.to_owned(),
+                        background,
                     })
                     .map_err(|e| match e {
                         crossbeam_channel::TrySendError::Full(_) => {
@@ -196,15 +219,22 @@ impl Embedder {
                 slot.insert(vec![tx]);
             }
         }
-        // Every request has a deadline: a stuck model run fails its callers, not the proxy.
-        match tokio::time::timeout(self.timeout, rx).await {
+        // Every request has a deadline: a stuck model run fails its callers, not the proxy. A
+        // window waits behind every caller's text and behind the windows queued before it (a
+        // 100 KB text has ~400), so its deadline is WINDOW_DEADLINE times the caller's.
+        let deadline = if background {
+            self.timeout * WINDOW_DEADLINE
+        } else {
+            self.timeout
+        };
+        match tokio::time::timeout(deadline, rx).await {
             Ok(r) => r.map_err(|_| EmbedError::Stopped)?,
             Err(_) => {
                 // Whoever asks for this text next queues afresh, and a worker stuck in a run
                 // longer than the deadline is replaced.
                 self.inflight.remove(text);
                 self.pool.replace_stuck(self.timeout);
-                Err(EmbedError::Timeout(self.timeout.as_millis() as u64))
+                Err(EmbedError::Timeout(deadline.as_millis() as u64))
             }
         }
     }

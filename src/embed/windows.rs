@@ -5,15 +5,19 @@
 //! few sentences each (`WINDOW_CHARS` at most, cut at sentence ends, else at blanks), and `MODE
 //! auto` searches them (the multi-value vector field `$.windows`) beside `embedding`.
 //!
-//! At most `MAX_WINDOWS`, from the start (about the first 10 KB of prose): beyond them only BM25
-//! sees the text. That bounds the model time one write may take.
+//! Windows cover the whole text. A text with more than `MAX_WINDOWS` sentence windows (past
+//! ~25 KB of prose) gets runs of consecutive ones joined, so the windows stay `MAX_WINDOWS`: up to
+//! ~100 KB of prose a joined window stays within the model's 256 tokens and every word is read;
+//! past that each window is read to its 256th token only (the keyword side still sees every
+//! word). That bounds the model time one write may take (~128 runs of ≤ 256 tokens; windows wait
+//! behind callers' texts, see `worker`) and the vectors one memory stores.
 
 /// A text longer than this (characters) gets windows.
 pub const LONG_CHARS: usize = 600;
 /// Characters in a window at most (a sentence longer than this is cut at blanks).
 pub const WINDOW_CHARS: usize = 240;
-/// Windows embedded at most.
-pub const MAX_WINDOWS: usize = 48;
+/// Windows embedded at most (more sentence windows are joined in runs).
+pub const MAX_WINDOWS: usize = 512;
 
 /// The windows of `text` (none for a text of at most `LONG_CHARS` characters).
 pub fn split(text: &str) -> Vec<&str> {
@@ -85,8 +89,24 @@ pub fn split(text: &str) -> Vec<&str> {
     if let Some(c) = cur {
         push(text, &mut out, c);
     }
-    out.truncate(MAX_WINDOWS);
-    out
+    join_runs(text, out)
+}
+
+/// More than `MAX_WINDOWS` windows: join runs of `ceil(n / MAX_WINDOWS)` consecutive ones (each
+/// the span of `text` from its first window's start to its last one's end).
+fn join_runs<'t>(text: &'t str, windows: Vec<&'t str>) -> Vec<&'t str> {
+    if windows.len() <= MAX_WINDOWS {
+        return windows;
+    }
+    let per = windows.len().div_ceil(MAX_WINDOWS);
+    let at = |w: &str| w.as_ptr() as usize - text.as_ptr() as usize;
+    windows
+        .chunks(per)
+        .map(|run| {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            &text[at(first)..at(last) + last.len()]
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -117,9 +137,24 @@ mod tests {
                 .any(|x| x.contains("My sister Ines moved to Porto.") && x.len() < 130),
             "{w:?}"
         );
-        // Multi-byte text is cut on char boundaries; a huge text is capped.
-        let big = "é ".repeat(200_000);
-        assert_eq!(split(&big).len(), MAX_WINDOWS);
+        // Multi-byte text is cut on char boundaries; a huge text gets MAX_WINDOWS windows that
+        // still cover it to the end.
+        let big = format!("{} The last word is zebra.", "é ".repeat(200_000));
+        let w = split(&big);
+        assert!(w.len() <= MAX_WINDOWS, "{}", w.len());
+        assert!(w.last().unwrap().ends_with("zebra."));
+        // A 100 KB text of prose: every sentence in a window, none over ~1,000 characters.
+        let prose = (0..1_000)
+            .map(|i| format!("Sentence number {i} says something about the garden. "))
+            .collect::<String>();
+        assert!(prose.len() > 50_000);
+        let w = split(&prose);
+        assert!(w.len() <= MAX_WINDOWS);
+        for i in (0..1_000).step_by(97) {
+            let s = format!("Sentence number {i} says");
+            assert!(w.iter().any(|x| x.contains(&s)), "{s} in no window");
+        }
+        assert!(w.iter().all(|x| x.chars().count() <= 4 * WINDOW_CHARS), "{:?}", w.iter().map(|x| x.len()).max());
         let nospace = "x".repeat(5_000);
         assert!(split(&nospace).iter().all(|x| !x.is_empty()));
     }

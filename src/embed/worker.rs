@@ -11,6 +11,12 @@
 //! goes on; a run that outlasts the embedding deadline gets its worker *retired* — a replacement
 //! with a freshly loaded model takes over the queue (when the pool knows how to load one), and the
 //! stuck thread exits whenever its run returns.
+//!
+//! Two queues: the *foreground* (texts a caller is waiting on: questions, memories, turns) and the
+//! *background* (the windows of long texts, `embed::windows`). A worker takes the foreground
+//! first; a run holds either callers' texts or at most `max_batch / 8` windows, so a 100 KB
+//! write's hundreds of windows never stand between another client and its embedding for more
+//! than one short run; windows are not cached (nobody asks for a window's text again).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +27,8 @@ use super::{EmbedError, Model, Vector};
 
 pub struct Job {
     pub text: String,
+    /// A long text's window (the background queue): not cached.
+    pub background: bool,
 }
 
 /// Callers waiting for each text being embedded: identical concurrent requests share one run.
@@ -56,6 +64,8 @@ struct Worker {
 /// The workers and what they share.
 pub struct Pool {
     rx: crossbeam_channel::Receiver<Job>,
+    /// Long texts' windows: taken when the foreground is empty, a few per run.
+    background: crossbeam_channel::Receiver<Job>,
     batching: Batching,
     cache: Arc<Cache>,
     pub stats: Arc<Stats>,
@@ -71,6 +81,7 @@ pub struct Pool {
 impl Pool {
     pub fn new(
         rx: crossbeam_channel::Receiver<Job>,
+        background: crossbeam_channel::Receiver<Job>,
         batching: Batching,
         cache: Arc<Cache>,
         inflight: Arc<InFlight>,
@@ -78,6 +89,7 @@ impl Pool {
     ) -> Arc<Pool> {
         Arc::new(Pool {
             rx,
+            background,
             batching,
             cache,
             stats: Arc::new(Stats::default()),
@@ -141,10 +153,25 @@ impl Pool {
     fn work(&self, mut model: Box<dyn Model>, me: &Worker) {
         let mut last_batch = 0;
         while !me.retired.load(Ordering::Relaxed) {
-            let Ok(first) = self.rx.recv() else { return };
+            // The foreground first; a window only when no caller's text waits.
+            let first = match self.rx.try_recv() {
+                Ok(j) => j,
+                Err(_) => match self.background.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => {
+                        let got = crossbeam_channel::select! {
+                            recv(self.rx) -> j => j,
+                            recv(self.background) -> j => j,
+                        };
+                        let Ok(j) = got else { return };
+                        j
+                    }
+                },
+            };
+            let windows = first.background;
             let mut jobs = vec![first];
             let b = &self.batching;
-            while jobs.len() < b.max_batch {
+            while !windows && jobs.len() < b.max_batch {
                 match self.rx.try_recv() {
                     Ok(j) => jobs.push(j),
                     Err(_) => break,
@@ -152,7 +179,7 @@ impl Pool {
             }
             // The callers of the last batch are likely sending their next texts right now: wait
             // (at most max_wait) until as many are queued. A lone sequential caller never waits.
-            if !b.max_wait.is_zero() && jobs.len() < last_batch {
+            if !windows && !b.max_wait.is_zero() && jobs.len() < last_batch {
                 let deadline = Instant::now() + b.max_wait;
                 while jobs.len() < last_batch.min(b.max_batch) {
                     match self.rx.recv_deadline(deadline) {
@@ -161,7 +188,19 @@ impl Pool {
                     }
                 }
             }
-            last_batch = jobs.len();
+            // No caller's text in this run: a few windows more, so the run stays short (a caller
+            // arriving now waits for it, ~20 ms) and callers' texts never share a run with windows.
+            if windows {
+                while jobs.len() < (b.max_batch / 8).max(1) {
+                    match self.background.try_recv() {
+                        Ok(j) => jobs.push(j),
+                        Err(_) => break,
+                    }
+                }
+            }
+            if !windows {
+                last_batch = jobs.len();
+            }
             let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
             if let Some(h) = self.batch_sizes.get() {
@@ -192,7 +231,9 @@ impl Pool {
             Ok(vectors) => {
                 for (job, v) in jobs.iter().zip(vectors) {
                     let v: Vector = v.into();
-                    self.cache.put(&job.text, v.clone());
+                    if !job.background {
+                        self.cache.put(&job.text, v.clone());
+                    }
                     for waiter in self.waiters(&job.text) {
                         let _ = waiter.send(Ok(v.clone()));
                     }

@@ -71,15 +71,15 @@ pub async fn embed(
         .map_err(|e| MemError::Embedder(e.to_string()))
 }
 
-/// The embeddings of a long text's later windows (`embed::windows`), embedded together (the
-/// workers batch them); none for a text within one window. Called after [`embed`] has checked
+/// The embeddings of a long text's windows (`embed::windows`), queued together behind callers'
+/// texts (the workers take a few a run); none for a text within one window. Called after [`embed`] has checked
 /// the client's rights for the write.
 pub async fn windows(engine: &Engine, text: &str) -> MemResult<Vec<crate::embed::Vector>> {
     let parts = crate::embed::windows::split(text);
     if parts.is_empty() {
         return Ok(Vec::new());
     }
-    futures::future::join_all(parts.iter().map(|w| engine.embedder.embed(w)))
+    futures::future::join_all(parts.iter().map(|w| engine.embedder.embed_window(w)))
         .await
         .into_iter()
         .map(|r| r.map_err(|e| MemError::Embedder(e.to_string())))
