@@ -6,6 +6,8 @@
 //! - `facts, busy`: the same facts, each user's scope also holding 448 memories of work chatter;
 //! - `first person`: `bench/data/recall-first-person.tsv`, users' own turns and questions, split
 //!   by user;
+//! - `agent notes`: `bench/data/recall-agent-notes.tsv`, an agent's own terse notes (how-tos,
+//!   decisions, key: value, superseded notes), split by user;
 //! - `long texts`: the first-person memories, each after a long assistant answer (LongMemEval's,
 //!   1,500–4,000 bytes), so the fact sits past the model's 256-token window;
 //! - `LongMemEval-S`: 20 public questions, every turn of their ~50-session haystacks remembered;
@@ -114,6 +116,38 @@ fn tsv(path: &str) -> Vec<Vec<String>> {
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// A set of fact rows (`fact_rows`), remembered.
+fn fact_set(
+    con: &mut redis::Connection,
+    name: &'static str,
+    rows: &[(Part, Vec<String>)],
+    user: &dyn Fn(&str) -> String,
+    wrap: &dyn Fn(usize, &str) -> String,
+) -> Set {
+    let (m, questions) = fact_rows(rows, user, wrap);
+    let labels = remember_all(con, &m);
+    Set {
+        name,
+        questions,
+        labels,
+    }
+}
+
+/// A set's rows, split by user: `tuning` users' rows are the tuning part, the others held out.
+fn by_user(path: &str, tuning: &[&str]) -> Vec<(Part, Vec<String>)> {
+    tsv(path)
+        .into_iter()
+        .map(|r| {
+            let part = if tuning.contains(&r[1].as_str()) {
+                Part::Tuning
+            } else {
+                Part::HeldOut
+            };
+            (part, r)
+        })
         .collect()
 }
 
@@ -256,13 +290,7 @@ fn main() {
         .collect();
     let same = |u: &str| u.to_string();
     let plain = |_: usize, t: &str| t.to_string();
-    let (m, questions) = fact_rows(&facts, &same, &plain);
-    let labels = remember_all(&mut con, &m);
-    sets.push(Set {
-        name: "facts",
-        questions,
-        labels,
-    });
+    sets.push(fact_set(&mut con, "facts", &facts, &same, &plain));
     // The same facts in busy scopes.
     let busy = |u: &str| format!("busy-{u}");
     let (mut m, questions) = fact_rows(&facts, &busy, &plain);
@@ -279,24 +307,18 @@ fn main() {
         labels,
     });
     // First person: sam and priya tune, leo and nora are held out.
-    let first: Vec<(Part, Vec<String>)> = tsv("bench/data/recall-first-person.tsv")
-        .into_iter()
-        .map(|r| {
-            let part = if ["sam", "priya"].contains(&r[1].as_str()) {
-                Part::Tuning
-            } else {
-                Part::HeldOut
-            };
-            (part, r)
-        })
-        .collect();
-    let (m, questions) = fact_rows(&first, &same, &plain);
-    let labels = remember_all(&mut con, &m);
-    sets.push(Set {
-        name: "first person",
-        questions,
-        labels,
-    });
+    let first = by_user("bench/data/recall-first-person.tsv", &["sam", "priya"]);
+    sets.push(fact_set(&mut con, "first person", &first, &same, &plain));
+    // Agent notes: kai and mara tune, omar and lin are held out.
+    let notes = by_user("bench/data/recall-agent-notes.tsv", &["kai", "mara"]);
+    let notes_user = |u: &str| format!("notes-{u}");
+    sets.push(fact_set(
+        &mut con,
+        "agent notes",
+        &notes,
+        &notes_user,
+        &plain,
+    ));
     let lme = longmemeval();
     match &lme {
         None => println!(
@@ -317,13 +339,7 @@ fn main() {
             let long_user = |u: &str| format!("long-{u}");
             let wrap =
                 |i: usize, t: &str| format!("assistant: {}\nuser: {t}", answers[i % answers.len()]);
-            let (m, questions) = fact_rows(&first, &long_user, &wrap);
-            let labels = remember_all(&mut con, &m);
-            sets.push(Set {
-                name: "long texts",
-                questions,
-                labels,
-            });
+            sets.push(fact_set(&mut con, "long texts", &first, &long_user, &wrap));
             // LongMemEval-S: every turn, dated as the haystack dates it relative to the question.
             let mut m = Vec::new();
             let mut questions = Vec::new();
