@@ -333,16 +333,40 @@ impl Keyspace {
     /// every remaining ASCII non-alphanumeric escaped, at most 32 distinct terms, each at most
     /// 64 bytes.
     pub fn keyword(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
+        self.keyword_query(scope, text, k)
+            .map(|s| Self::with_return(s, &[]))
+    }
+
+    /// [`Keyspace::keyword`] with the scope fields only: `MODE auto`'s keyword evidence, which
+    /// needs a memory's id and BM25 score, not its text (up to 100 KB a memory).
+    pub fn keyword_evidence(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
+        self.keyword_query(scope, text, k).map(|mut s| {
+            s.extend(
+                [
+                    "RETURN",
+                    "4",
+                    "user",
+                    "namespace",
+                    "kind",
+                    "source_thread",
+                    "DIALECT",
+                    "2",
+                ]
+                .iter()
+                .map(|a| a.as_bytes().to_vec()),
+            );
+            s
+        })
+    }
+
+    fn keyword_query(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
         let terms = keyword_terms(text);
         if terms.is_empty() {
             return None;
         }
         let query = format!("(@text:({})) {}", terms.join("|"), scope.filter());
         let k = k.to_string();
-        Some(Self::with_return(
-            self.spec(query, &["SCORER", "BM25", "WITHSCORES", "LIMIT", "0", &k]),
-            &[],
-        ))
+        Some(self.spec(query, &["SCORER", "BM25", "WITHSCORES", "LIMIT", "0", &k]))
     }
 
     /// A page of the scope's memories, newest first.

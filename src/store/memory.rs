@@ -283,6 +283,11 @@ pub struct Recall<'a> {
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
 
+/// How many of a scope's best BM25 matches give `MODE auto` its keyword evidence: a candidate
+/// outside them gets none. The recall bench chooses the constants from the same 20
+/// (`MODE keyword K 20`), so the default ranks with the evidence it was chosen on.
+const KEYWORD_EVIDENCE: usize = 20;
+
 /// How long an `adaptive` scope count is reused by later recalls of the scope (a scope that
 /// grows past the brute-force limit meanwhile is brute-forced a little longer: still exact).
 pub const SCOPE_SIZE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -418,7 +423,8 @@ impl Store {
             }
             // Keyword evidence only where it counts (a weight of 0 leaves it out).
             if self.config().recall_keyword_weight > 0.0 {
-                if let Some(s) = keys.keyword(r.scope, r.text, c) {
+                let n = c.max(KEYWORD_EVIDENCE);
+                if let Some(s) = keys.keyword_evidence(r.scope, r.text, n) {
                     specs.push((Retrieval::Keyword, s));
                 }
             }
