@@ -458,7 +458,10 @@ fn a_long_texts_windows_never_hold_up_a_callers_text() {
         e.embed("the caller's question").await.unwrap();
         let waited = start.elapsed();
         let order = seen.lock().unwrap().clone();
-        let at = order.iter().position(|t| t == "the caller's question").unwrap();
+        let at = order
+            .iter()
+            .position(|t| t == "the caller's question")
+            .unwrap();
         assert!(at < 40, "the question ran after {at} windows ({waited:?})");
         assert!(bg.await.unwrap().iter().all(|r| r.is_ok()));
         assert_eq!(seen.lock().unwrap().len(), 201);

@@ -1286,7 +1286,8 @@ fn long_texts_are_found_by_their_second_half() {
     );
     assert_eq!(hits.len(), 1);
     // ... and by meaning too, by its last sentence: windows cover a 100 KB text to its end.
-    let tail = "Anyway, about me: my sister Ines just moved to Porto, where she works as an architect.";
+    let tail =
+        "Anyway, about me: my sister Ines just moved to Porto, where she works as an architect.";
     let huge = format!("{}{tail}", filler.repeat(350));
     assert!(huge.len() > 100_000);
     let huge_id = as_str(get(&remember(&mut con, &huge, &["USER", &user]), "id"));
@@ -1294,6 +1295,8 @@ fn long_texts_are_found_by_their_second_half() {
     assert!(
         hits.iter().any(|h| as_str(get(h, "id")) == huge_id),
         "{huge_id} not among {:?}",
-        hits.iter().map(|h| as_str(get(h, "id"))).collect::<Vec<_>>()
+        hits.iter()
+            .map(|h| as_str(get(h, "id")))
+            .collect::<Vec<_>>()
     );
 }

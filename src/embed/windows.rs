@@ -154,7 +154,11 @@ mod tests {
             let s = format!("Sentence number {i} says");
             assert!(w.iter().any(|x| x.contains(&s)), "{s} in no window");
         }
-        assert!(w.iter().all(|x| x.chars().count() <= 4 * WINDOW_CHARS), "{:?}", w.iter().map(|x| x.len()).max());
+        assert!(
+            w.iter().all(|x| x.chars().count() <= 4 * WINDOW_CHARS),
+            "{:?}",
+            w.iter().map(|x| x.len()).max()
+        );
         let nospace = "x".repeat(5_000);
         assert!(split(&nospace).iter().all(|x| !x.is_empty()));
     }
