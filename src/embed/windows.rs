@@ -55,15 +55,12 @@ pub fn split(text: &str) -> Vec<&str> {
             }
             let mut from = s;
             while from < e {
-                let mut to = from;
-                let mut n = 0;
-                for (j, ch) in text[from..e].char_indices() {
-                    if n >= WINDOW_CHARS {
-                        break;
-                    }
-                    n += 1;
-                    to = from + j + ch.len_utf8();
-                }
+                let to_end = text[from..e]
+                    .char_indices()
+                    .take(WINDOW_CHARS)
+                    .last()
+                    .map_or(from, |(j, ch)| from + j + ch.len_utf8());
+                let mut to = to_end;
                 if to < e {
                     if let Some(b) = text[from..to].rfind(char::is_whitespace) {
                         if b > 0 {
