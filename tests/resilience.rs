@@ -604,7 +604,7 @@ fn index_rechecks_are_single_flight_under_load() {
     let proxy = Proxy::start(&redis.url(), |c| c.index_recheck_ms = 100);
     let mut con = proxy.client();
     remember(&mut con, "The user keeps bees on the roof.", "hive");
-    let question = "Does the user look after any animals?";
+    let question = "Does the user keep any bees?";
     assert_eq!(
         recall_texts(&mut con, question, "hive"),
         ["The user keeps bees on the roof."]
