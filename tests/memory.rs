@@ -887,6 +887,58 @@ fn auto_recall_needs_the_nearest_to_stand_out_of_a_full_scope() {
     assert_eq!(texts(&hits)[0], "The user is allergic to peanuts.");
 }
 
+/// `recall_keyword_weight`: keyword (BM25) evidence is added to a candidate's similarity as its
+/// BM25 score over the scope's best (1.0 here, so it shows; the default is 0.05), the hits come in
+/// score order, and the evidence never admits a memory beyond the cut-off.
+#[test]
+fn keyword_evidence_reorders_within_the_cut_off_only() {
+    let s = shared();
+    let strong = Proxy::start(&s.redis.url(), |c| {
+        c.recall_keyword_weight = 1.0;
+        c.recall_relative_cutoff = 0.0;
+    });
+    let mut con = strong.client();
+    let user = unique("kwev");
+    let okafor = "The user has a dentist appointment with Dr Okafor on Friday.";
+    for t in [
+        "The user has a doctor's appointment with Dr Mensah on Tuesday.",
+        okafor,
+        "The user's sister is visiting in June.",
+    ] {
+        remember(&mut con, t, &["USER", &user]);
+    }
+    let cut = as_f64(get(&q(&mut con, &["MEM.INFO"]), "recall_auto_threshold"));
+    let question = "When do I see Okafor for my appointment?";
+    let hits = recall(&mut con, question, &["USER", &user]);
+    assert_eq!(texts(&hits)[0], okafor, "{:?}", texts(&hits));
+    assert!(hits.len() >= 2, "{:?}", texts(&hits));
+    // What the evidence and the (brand-new) recency gain add: the best BM25 match gets the whole
+    // weight, the other a share of it; scores fall along the list.
+    let added = |h: &Value| as_f64(get(h, "score")) - (1.0 - as_f64(get(h, "distance")));
+    let recency = 0.05;
+    assert!(
+        (added(&hits[0]) - (1.0 + recency)).abs() < 0.01,
+        "{}",
+        added(&hits[0])
+    );
+    assert!(added(&hits[1]) - recency > 0.0 && added(&hits[1]) - recency < 1.0);
+    for w in hits.windows(2) {
+        assert!(as_f64(get(&w[0], "score")) >= as_f64(get(&w[1], "score")));
+    }
+    // Every hit is within the cut-off, whatever its keyword evidence, for questions near and far.
+    for q_ in [
+        question,
+        "Okafor",
+        "Friday Tuesday June appointment dentist doctor",
+    ] {
+        for h in recall(&mut con, q_, &["USER", &user]) {
+            assert!(as_f64(get(&h, "distance")) <= cut, "{q_}: {h:?}");
+        }
+    }
+    // A stopword-only question has no keyword side and still answers (nothing).
+    assert!(recall(&mut con, "is it the and of?", &["USER", &user]).is_empty());
+}
+
 /// `recall_hybrid_policy = "adaptive"` (the default) counts the scope in the script and picks
 /// brute force for a small scope and HNSW batches for one above 1,000 memories. Both branches must
 /// find the same nearest memory as an exact search would, and the marker must never reach
