@@ -280,6 +280,12 @@ pub struct Recall<'a> {
     pub weights: (f64, f64),
 }
 
+/// Whether a search side's rows need their TTLs: all but `MODE auto`'s keyword evidence, which
+/// gives scores by id and no hits (20 PTTL calls saved a recall).
+pub(crate) fn side_needs_ttl(mode: Retrieval, side: Retrieval) -> bool {
+    !(mode == Retrieval::Auto && side == Retrieval::Keyword)
+}
+
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
 
@@ -451,7 +457,10 @@ impl Store {
         r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
     ) -> MemResult<Vec<Hit>> {
-        let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
+        let sides: Vec<(&Spec, bool)> = specs
+            .iter()
+            .map(|(side, s)| (s, side_needs_ttl(r.mode, *side)))
+            .collect();
         let results = self.search(link, &sides).await?;
         self.fuse(&self.site(link), r, specs, &results)
     }

@@ -335,8 +335,12 @@ impl Store {
         ] {
             args.push(a.into_bytes());
         }
-        for (_, s) in specs {
-            push_search(&mut args, s, true);
+        for (side, s) in specs {
+            push_search(
+                &mut args,
+                s,
+                super::memory::side_needs_ttl(t.recall.mode, *side),
+            );
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {
