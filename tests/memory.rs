@@ -937,6 +937,42 @@ fn keyword_evidence_reorders_within_the_cut_off_only() {
     }
     // A stopword-only question has no keyword side and still answers (nothing).
     assert!(recall(&mut con, "is it the and of?", &["USER", &user]).is_empty());
+
+    // Past 1,000 memories in the scope the evidence is not searched (BM25 would score every
+    // memory sharing a word: ~20 ms of Redis at 100,000): the same question ranks by similarity
+    // and recency alone, on a fresh proxy (no scope count kept) and again (count kept).
+    let mut d = direct(&s.redis);
+    let mut p = redis::pipe();
+    for i in 0..1_001u64 {
+        p.add_command(plant_cmd(
+            &format!("kwev{}x{i:05}", std::process::id()),
+            &user,
+            "default",
+            "semantic",
+            &random_unit(29_000 + i),
+            1.7e9,
+            0,
+        ))
+        .ignore();
+    }
+    let _: () = p.query(&mut d).unwrap();
+    wait_indexed(&mut d);
+    let fresh = Proxy::start(&s.redis.url(), |c| {
+        c.recall_keyword_weight = 1.0;
+        c.recall_relative_cutoff = 0.0;
+    });
+    let mut con = fresh.client();
+    for _ in 0..2 {
+        let hits = recall(&mut con, question, &["USER", &user]);
+        assert_eq!(texts(&hits)[0], okafor, "{:?}", texts(&hits));
+        for h in &hits {
+            assert!(
+                added(h) < recency + 0.01,
+                "no keyword evidence: {}",
+                added(h)
+            );
+        }
+    }
 }
 
 /// `recall_hybrid_policy = "adaptive"` (the default) counts the scope in the script and picks

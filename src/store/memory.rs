@@ -430,7 +430,7 @@ impl Store {
             // Keyword evidence only where it counts (a weight of 0 leaves it out).
             if self.config().recall_keyword_weight > 0.0 {
                 let n = c.max(KEYWORD_EVIDENCE);
-                if let Some(s) = keys.keyword_evidence(r.scope, r.text, n) {
+                if let Some(s) = keys.keyword_evidence(r.scope, r.text, n, large) {
                     specs.push((Retrieval::Keyword, s));
                 }
             }
