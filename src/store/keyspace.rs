@@ -195,15 +195,16 @@ impl Keyspace {
         s
     }
 
-    fn with_return(mut spec: Spec, extra: &[&str]) -> Spec {
+    fn with_return(spec: Spec, extra: &[&str]) -> Spec {
+        let fields: Vec<&str> = MEMORY_FIELDS.iter().chain(extra).copied().collect();
+        Self::returning(spec, &fields)
+    }
+
+    /// `spec` asking for `fields` only (`RETURN n …`), in query dialect 2.
+    fn returning(mut spec: Spec, fields: &[&str]) -> Spec {
         spec.push(b"RETURN".to_vec());
-        spec.push((MEMORY_FIELDS.len() + extra.len()).to_string().into_bytes());
-        spec.extend(
-            MEMORY_FIELDS
-                .iter()
-                .chain(extra)
-                .map(|f| f.as_bytes().to_vec()),
-        );
+        spec.push(fields.len().to_string().into_bytes());
+        spec.extend(fields.iter().map(|f| f.as_bytes().to_vec()));
         spec.extend([b"DIALECT".to_vec(), b"2".to_vec()]);
         spec
     }
@@ -286,44 +287,20 @@ impl Keyspace {
         Self::brief(self.knn_with(scope, k, vector, " HYBRID_POLICY BATCHES"))
     }
 
-    fn brief(mut s: Spec) -> Spec {
-        s.extend(
-            [
-                "RETURN",
-                "5",
-                "distance",
-                "user",
-                "namespace",
-                "kind",
-                "source_thread",
-                "DIALECT",
-                "2",
-            ]
-            .iter()
-            .map(|a| a.as_bytes().to_vec()),
-        );
-        s
+    fn brief(s: Spec) -> Spec {
+        Self::returning(
+            s,
+            &["distance", "user", "namespace", "kind", "source_thread"],
+        )
     }
 
     /// The nearest memories of the scope with their scope fields (for dedup, which takes the
     /// nearest whose user, namespace and kind are exactly the scope's).
     pub fn nearest(&self, scope: &Scope, vector: &[f32]) -> Spec {
-        let mut s = self.knn_base(scope, DEDUP_CANDIDATES, vector);
-        s.extend(
-            [
-                "RETURN",
-                "4",
-                "distance",
-                "user",
-                "namespace",
-                "kind",
-                "DIALECT",
-                "2",
-            ]
-            .iter()
-            .map(|a| a.as_bytes().to_vec()),
-        );
-        s
+        Self::returning(
+            self.knn_base(scope, DEDUP_CANDIDATES, vector),
+            &["distance", "user", "namespace", "kind"],
+        )
     }
 
     /// BM25 over `text` within the scope; `None` when the text has no searchable word.
@@ -359,21 +336,7 @@ impl Keyspace {
                     [b"IF_SMALL_SCOPE".to_vec(), scope.filter().into_bytes()],
                 );
             }
-            s.extend(
-                [
-                    "RETURN",
-                    "4",
-                    "user",
-                    "namespace",
-                    "kind",
-                    "source_thread",
-                    "DIALECT",
-                    "2",
-                ]
-                .iter()
-                .map(|a| a.as_bytes().to_vec()),
-            );
-            s
+            Self::returning(s, &["user", "namespace", "kind", "source_thread"])
         })
     }
 
