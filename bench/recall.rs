@@ -12,7 +12,10 @@
 //!   1,500–4,000 bytes), so the fact sits past the model's 256-token window;
 //! - `LongMemEval-S`: 20 public questions, every turn of their ~50-session haystacks remembered;
 //!   a hit counts when it comes from an evidence session. Alternate questions are held out.
-//!   `scripts/bench-data.sh` fetches them (PyPI, pinned); without them these two sets are skipped.
+//! - `LongMemEval, pooled`: LongMemEval's other questions (abstention ones aside) with only their
+//!   evidence sessions, 25 questions' sessions to a scope, so each question's sessions sit among
+//!   the others'; every turn remembered; even pools tune, odd pools are held out.
+//!   `scripts/bench-data.sh` fetches both (PyPI, pinned); without them these sets are skipped.
 //!
 //! For every set it asks the questions once in raw form (MODE vector without a cut-off, MODE
 //! auto's own candidates from a proxy with every part of its rule off, MODE keyword; 20 each) and chooses, on the tuning parts only, the one KNN cut-off that does best
@@ -242,6 +245,21 @@ fn longmemeval() -> Option<Vec<serde_json::Value>> {
     Some(by_id.into_values().collect())
 }
 
+/// LongMemEval's 500 questions with their evidence sessions only (`longmemeval_oracle.json`).
+fn longmemeval_oracle() -> Option<Vec<serde_json::Value>> {
+    let dir = deps().join("data/longmemeval-oracle");
+    if !dir.join(".complete").exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string(dir.join("longmemeval_oracle.json")).ok()?;
+    let mut all: Vec<serde_json::Value> = serde_json::from_str(&text).ok()?;
+    all.sort_by(|a, b| a["question_id"].as_str().cmp(&b["question_id"].as_str()));
+    Some(all)
+}
+
+/// Questions of `LongMemEval, pooled` sharing one scope.
+const POOL: usize = 25;
+
 /// "2023/05/20 (Sat) 02:21" as days since an epoch of its own (only differences are used).
 fn lme_day(s: &str) -> f64 {
     let d: Vec<f64> = s
@@ -386,6 +404,87 @@ fn main() {
             );
             sets.push(Set {
                 name: "LongMemEval-S",
+                questions,
+                labels,
+            });
+        }
+    }
+    match longmemeval_oracle() {
+        None => println!(
+            "\n(skipped: `LongMemEval, pooled` needs scripts/bench-data.sh's data)"
+        ),
+        Some(all) => {
+            // LongMemEval's other questions (not the 20 above, not the 30 abstention ones, whose
+            // answer is that nothing was said), sorted by id, in pools of POOL questions: a pool
+            // is one scope holding every turn of its questions' evidence sessions, so each
+            // question's sessions sit among the others' (~50 sessions, as in LongMemEval-S).
+            // Even pools tune, odd pools are held out.
+            let seen: HashSet<&str> = lme
+                .iter()
+                .flatten()
+                .filter_map(|q| q["question_id"].as_str())
+                .collect();
+            let qs: Vec<&serde_json::Value> = all
+                .iter()
+                .filter(|q| {
+                    let id = q["question_id"].as_str().unwrap_or("");
+                    !id.ends_with("_abs") && !seen.contains(id)
+                })
+                .collect();
+            let mut m = Vec::new();
+            let mut questions = Vec::new();
+            for (p, pool) in qs.chunks(POOL).enumerate() {
+                let user = format!("lmo-{p}");
+                let asked = pool
+                    .iter()
+                    .map(|q| lme_day(q["question_date"].as_str().unwrap_or("")))
+                    .fold(f64::MIN, f64::max);
+                let mut sessions_seen = HashSet::new();
+                for q in pool {
+                    let sessions = q["haystack_sessions"].as_array().unwrap();
+                    let sids = q["haystack_session_ids"].as_array().unwrap();
+                    let dates = q["haystack_dates"].as_array().unwrap();
+                    for ((s, sid), date) in sessions.iter().zip(sids).zip(dates) {
+                        let sid = sid.as_str().unwrap();
+                        if !sessions_seen.insert(sid) {
+                            continue;
+                        }
+                        let age = (asked - lme_day(date.as_str().unwrap_or(""))).max(0.0);
+                        for t in s.as_array().unwrap() {
+                            let c = t["content"].as_str().unwrap_or("");
+                            if !c.trim().is_empty() {
+                                m.push((user.clone(), sid.to_string(), age, 0, c.to_string()));
+                            }
+                        }
+                    }
+                    questions.push(Question {
+                        part: if p % 2 == 0 {
+                            Part::Tuning
+                        } else {
+                            Part::HeldOut
+                        },
+                        user: user.clone(),
+                        right: q["answer_session_ids"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|s| s.as_str().unwrap().to_string())
+                            .collect(),
+                        text: q["question"].as_str().unwrap().to_string(),
+                    });
+                }
+            }
+            let t = Instant::now();
+            let labels = remember_all(&mut con, &m);
+            println!(
+                "\n(LongMemEval, pooled: {} turns of {} questions in {} pools remembered in {:.0} s)",
+                m.len(),
+                qs.len(),
+                qs.len().div_ceil(POOL),
+                t.elapsed().as_secs_f64()
+            );
+            sets.push(Set {
+                name: "LongMemEval, pooled",
                 questions,
                 labels,
             });
