@@ -122,6 +122,9 @@ fn tsv(path: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// A memory to remember: user, label, age in days, hit count, text.
+type Row = (String, String, f64, i64, String);
+
 /// A set of fact rows (`fact_rows`), remembered.
 fn fact_set(
     con: &mut redis::Connection,
@@ -155,10 +158,7 @@ fn by_user(path: &str, tuning: &[&str]) -> Vec<(Part, Vec<String>)> {
 }
 
 /// Remember `(user, label, age_days, hits, text)` rows in pipelines; returns id → label.
-fn remember_all(
-    con: &mut redis::Connection,
-    rows: &[(String, String, f64, i64, String)],
-) -> HashMap<String, String> {
+fn remember_all(con: &mut redis::Connection, rows: &[Row]) -> HashMap<String, String> {
     let t = now();
     let mut labels = HashMap::new();
     // 64 at a time: a deeper pipeline of long turns outlasts the embedding deadline on a busy machine.
@@ -190,7 +190,7 @@ fn fact_rows(
     rows: &[(Part, Vec<String>)],
     user: &dyn Fn(&str) -> String,
     wrap: &dyn Fn(usize, &str) -> String,
-) -> (Vec<(String, String, f64, i64, String)>, Vec<Question>) {
+) -> (Vec<Row>, Vec<Question>) {
     let mut memories = Vec::new();
     let mut questions = Vec::new();
     for (part, cols) in rows {
@@ -243,6 +243,57 @@ fn longmemeval() -> Option<Vec<serde_json::Value>> {
         }
     }
     Some(by_id.into_values().collect())
+}
+
+/// Even positions tune, odd ones are held out.
+fn alternate(i: usize) -> Part {
+    if i % 2 == 0 {
+        Part::Tuning
+    } else {
+        Part::HeldOut
+    }
+}
+
+/// Every non-empty turn of `q`'s sessions not yet `seen`, as memories of `user` labelled with their
+/// session's id and aged from `asked` (both days of `lme_day`).
+fn lme_turns(
+    q: &serde_json::Value,
+    user: &str,
+    asked: f64,
+    seen: &mut HashSet<String>,
+    m: &mut Vec<Row>,
+) {
+    let sessions = q["haystack_sessions"].as_array().unwrap();
+    let sids = q["haystack_session_ids"].as_array().unwrap();
+    let dates = q["haystack_dates"].as_array().unwrap();
+    for ((s, sid), date) in sessions.iter().zip(sids).zip(dates) {
+        let sid = sid.as_str().unwrap();
+        if !seen.insert(sid.to_string()) {
+            continue;
+        }
+        let age = (asked - lme_day(date.as_str().unwrap_or(""))).max(0.0);
+        for t in s.as_array().unwrap() {
+            let c = t["content"].as_str().unwrap_or("");
+            if !c.trim().is_empty() {
+                m.push((user.to_string(), sid.to_string(), age, 0, c.to_string()));
+            }
+        }
+    }
+}
+
+/// LongMemEval question `q`, asked by `user`: any turn of an evidence session answers it.
+fn lme_question(q: &serde_json::Value, user: String, part: Part) -> Question {
+    Question {
+        part,
+        user,
+        right: q["answer_session_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect(),
+        text: q["question"].as_str().unwrap().to_string(),
+    }
 }
 
 /// LongMemEval's 500 questions with their evidence sessions only (`longmemeval_oracle.json`).
@@ -365,34 +416,8 @@ fn main() {
                 let id = q["question_id"].as_str().unwrap();
                 let user = format!("lme-{id}");
                 let asked = lme_day(q["question_date"].as_str().unwrap_or(""));
-                let sessions = q["haystack_sessions"].as_array().unwrap();
-                let sids = q["haystack_session_ids"].as_array().unwrap();
-                let dates = q["haystack_dates"].as_array().unwrap();
-                for ((s, sid), date) in sessions.iter().zip(sids).zip(dates) {
-                    let age = (asked - lme_day(date.as_str().unwrap_or(""))).max(0.0);
-                    for t in s.as_array().unwrap() {
-                        let c = t["content"].as_str().unwrap_or("");
-                        if !c.trim().is_empty() {
-                            let sid = sid.as_str().unwrap().to_string();
-                            m.push((user.clone(), sid, age, 0, c.to_string()));
-                        }
-                    }
-                }
-                questions.push(Question {
-                    part: if i % 2 == 0 {
-                        Part::Tuning
-                    } else {
-                        Part::HeldOut
-                    },
-                    user,
-                    right: q["answer_session_ids"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|s| s.as_str().unwrap().to_string())
-                        .collect(),
-                    text: q["question"].as_str().unwrap().to_string(),
-                });
+                lme_turns(q, &user, asked, &mut HashSet::new(), &mut m);
+                questions.push(lme_question(q, user, alternate(i)));
             }
             let t = Instant::now();
             let labels = remember_all(&mut con, &m);
@@ -410,9 +435,7 @@ fn main() {
         }
     }
     match longmemeval_oracle() {
-        None => println!(
-            "\n(skipped: `LongMemEval, pooled` needs scripts/bench-data.sh's data)"
-        ),
+        None => println!("\n(skipped: `LongMemEval, pooled` needs scripts/bench-data.sh's data)"),
         Some(all) => {
             // LongMemEval's other questions (not the 20 above, not the 30 abstention ones, whose
             // answer is that nothing was said), sorted by id, in pools of POOL questions: a pool
@@ -441,37 +464,8 @@ fn main() {
                     .fold(f64::MIN, f64::max);
                 let mut sessions_seen = HashSet::new();
                 for q in pool {
-                    let sessions = q["haystack_sessions"].as_array().unwrap();
-                    let sids = q["haystack_session_ids"].as_array().unwrap();
-                    let dates = q["haystack_dates"].as_array().unwrap();
-                    for ((s, sid), date) in sessions.iter().zip(sids).zip(dates) {
-                        let sid = sid.as_str().unwrap();
-                        if !sessions_seen.insert(sid) {
-                            continue;
-                        }
-                        let age = (asked - lme_day(date.as_str().unwrap_or(""))).max(0.0);
-                        for t in s.as_array().unwrap() {
-                            let c = t["content"].as_str().unwrap_or("");
-                            if !c.trim().is_empty() {
-                                m.push((user.clone(), sid.to_string(), age, 0, c.to_string()));
-                            }
-                        }
-                    }
-                    questions.push(Question {
-                        part: if p % 2 == 0 {
-                            Part::Tuning
-                        } else {
-                            Part::HeldOut
-                        },
-                        user: user.clone(),
-                        right: q["answer_session_ids"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|s| s.as_str().unwrap().to_string())
-                            .collect(),
-                        text: q["question"].as_str().unwrap().to_string(),
-                    });
+                    lme_turns(q, &user, asked, &mut sessions_seen, &mut m);
+                    questions.push(lme_question(q, user.clone(), alternate(p)));
                 }
             }
             let t = Instant::now();
