@@ -39,7 +39,7 @@ use tokio::sync::watch;
 
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
-use crate::resp::{Framer, Parsed, Protocol, Reply, Request, Scanner};
+use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
 use crate::upstream::{Link, ReplyMode, Stream};
 
 /// What the proxy needs to know of a reply to keep its view of the connection right.
@@ -75,6 +75,11 @@ enum Slot {
     },
     /// A reply known at parse time.
     Ready(Reply),
+    /// (P|S)UNSUBSCRIBE outside subscribed mode: Redis answers once per channel (once with none
+    /// named) and the connection stays as it was. Under RESP2 these are this many plain replies,
+    /// under RESP3 pushes (forwarded as they come, no slot): the protocol in force when the slot
+    /// reaches the front decides. They come even under CLIENT REPLY OFF (Redis sends them as pushes).
+    Unsubscribed(u64),
     /// Replies owed to a MEM.* command that gave up waiting (timeout): dropped when they come.
     Discard(usize),
     /// From here on the connection is a byte tunnel.
@@ -292,14 +297,19 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
         };
         track = Some(Track::Auth(user));
     } else if !st.in_multi
+        && ["unsubscribe", "punsubscribe", "sunsubscribe"]
+            .iter()
+            .any(|c| eq(name, c))
+    {
+        // Subscribed connections are tunnels, so this connection is not subscribed.
+        return Some(Slot::Unsubscribed(
+            req.argc().saturating_sub(1).max(1) as u64
+        ));
+    } else if !st.in_multi
         && [
             "subscribe",
             "psubscribe",
             "ssubscribe",
-            // Outside subscribed mode these answer once per channel (RESP2) or by pushes (RESP3).
-            "unsubscribe",
-            "punsubscribe",
-            "sunsubscribe",
             "monitor",
             "sync",
             "psync",
@@ -461,7 +471,10 @@ impl Session {
     }
 
     fn push_slot(&mut self, slot: Slot) {
-        self.pending += 1;
+        self.pending += match slot {
+            Slot::Unsubscribed(n) => n as usize,
+            _ => 1,
+        };
         if let (Slot::Plain(n), Some(Slot::Plain(last))) = (&slot, self.slots.back_mut()) {
             *last += n;
             return;
@@ -562,6 +575,15 @@ impl Session {
                 match self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())? {
                     Some((len, true)) => {
                         let push = self.ubuf.split_to(len);
+                        if let Some(Slot::Unsubscribed(n)) = self.slots.front_mut() {
+                            if is_unsubscribe_push(&push) {
+                                *n -= 1;
+                                self.pending -= 1;
+                                if *n == 0 {
+                                    self.slots.pop_front();
+                                }
+                            }
+                        }
                         self.out.extend_from_slice(&push);
                     }
                     Some((len, false)) => break Some(len),
@@ -603,6 +625,24 @@ impl Session {
                     if *n == 0 {
                         self.slots.pop_front();
                     }
+                }
+                Some(Slot::Unsubscribed(n)) => {
+                    // RESP2: one array a channel; an error (ACL) answers for all of them. RESP3:
+                    // the replies are pushes (counted above), so a reply here is that error.
+                    let Some(len) = frame else { return Ok(()) };
+                    let frame = self.ubuf.split_to(len);
+                    let refused = frame.first() == Some(&b'-');
+                    let done = if refused || self.state.protocol == Protocol::Resp3 {
+                        *n
+                    } else {
+                        1
+                    };
+                    *n -= done;
+                    self.pending -= done as usize;
+                    if *n == 0 {
+                        self.slots.pop_front();
+                    }
+                    self.out.extend_from_slice(&frame);
                 }
                 Some(Slot::Ready(_)) => {
                     let Some(Slot::Ready(reply)) = self.slots.pop_front() else {
@@ -747,7 +787,7 @@ impl Session {
         while let Some(slot) = self.slots.pop_front() {
             let n = match slot {
                 Slot::Local { silent: true, .. } | Slot::Discard(_) => 0,
-                Slot::Plain(n) => n,
+                Slot::Plain(n) | Slot::Unsubscribed(n) => n,
                 _ => 1,
             };
             for _ in 0..n {

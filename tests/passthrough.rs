@@ -447,3 +447,8 @@ fn unsubscribe_without_subscriptions_answers_once_per_channel() {
     c.cmd(&[b"PING"]);
     assert_eq!(c.read_str(), "+PONG\r\n");
 }
+
+#[test]
+fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
+    unsubscribe_keeps_the_session(&shared().proxy);
+}

@@ -28,6 +28,9 @@ pub enum Kind {
     Scan,
     /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the connection becomes a tunnel to one node.
     Tunnel,
+    /// (P|S)UNSUBSCRIBE outside subscribed mode (a subscribed connection is a tunnel): to one
+    /// master like a plain request, one reply a channel (pushes under RESP3).
+    Unsubscribe,
     /// A MEM.* verb.
     Mem,
     /// CLIENT REPLY ON|OFF|SKIP: kept by the session (which drops the replies it should not
@@ -106,6 +109,7 @@ pub fn kind(args: &[Vec<u8>]) -> Kind {
         }
         "scan" => Kind::Scan,
         "subscribe" | "psubscribe" | "ssubscribe" | "monitor" | "sync" | "psync" => Kind::Tunnel,
+        "unsubscribe" | "punsubscribe" | "sunsubscribe" => Kind::Unsubscribe,
         _ => Kind::Plain,
     }
 }

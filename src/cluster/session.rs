@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
 use super::topology::Cluster;
 use crate::engine::{ClientState, Engine};
-use crate::resp::{Framer, Parsed, Protocol, Reply, Scanner};
+use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Scanner};
 use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
 
 /// Redirections followed for one request before its last reply is passed on.
@@ -247,6 +247,11 @@ impl Session {
                 continue;
             }
             self.plain_run(std::mem::take(&mut run)).await?;
+            if kind == Kind::Unsubscribe {
+                // Answered even under CLIENT REPLY OFF, as Redis sends these as pushes.
+                self.unsubscribe(args).await?;
+                continue;
+            }
             let mark = self.out.len();
             match kind {
                 // Plain requests join the run, CLIENT REPLY is kept above (and refused in MULTI).
@@ -285,6 +290,7 @@ impl Session {
                     return self.tunnel(args, rest).await;
                 }
                 Kind::Mem => self.mem(args).await?,
+                Kind::Unsubscribe => unreachable!("handled above"),
                 Kind::Refused(line) => self.error(line),
             }
             if silent {
@@ -407,9 +413,49 @@ impl Session {
         Ok(())
     }
 
+    /// (P|S)UNSUBSCRIBE, not subscribed: Redis answers once a channel named (once with none),
+    /// as arrays under RESP2 and as pushes under RESP3; an error (ACL, CROSSSLOT) answers for all.
+    async fn unsubscribe(&mut self, args: Cmd) -> Result<(), Stop> {
+        let node = match route::target(&self.cluster, &args).await {
+            Target::Cross => Err(CROSSSLOT),
+            Target::Any => Ok(self.home().await?),
+            Target::Slot(s) => self.master_of(s).await.ok_or(CLUSTERDOWN),
+        };
+        let node = match node {
+            Ok(n) => n,
+            Err(line) => {
+                self.error(line);
+                return Ok(());
+            }
+        };
+        let mut w = Vec::new();
+        encode(&args, &mut w);
+        self.send(&node, &w).await?;
+        let resp3 = self.state.protocol == Protocol::Resp3;
+        for _ in 0..args.len().saturating_sub(1).max(1) {
+            let f = self
+                .frame_or(&node, |push| resp3 && is_unsubscribe_push(push))
+                .await?;
+            self.out.extend_from_slice(&f);
+            if f.first() == Some(&b'-') {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The next reply from `node` (pushes go to the client as they come), reading the client
     /// meanwhile so that its going away is seen at once.
     async fn frame(&mut self, node: &str) -> Result<BytesMut, Stop> {
+        self.frame_or(node, |_| false).await
+    }
+
+    /// [`Session::frame`], or the first push for which `wanted` is true (not forwarded).
+    async fn frame_or(
+        &mut self,
+        node: &str,
+        wanted: impl Fn(&[u8]) -> bool,
+    ) -> Result<BytesMut, Stop> {
         let Session {
             nodes,
             rd,
@@ -426,7 +472,7 @@ impl Session {
             match n.scanner.scan(&n.buf) {
                 Ok(Some((len, push))) => {
                     let f = n.buf.split_to(len);
-                    if push {
+                    if push && !wanted(&f) {
                         out.extend_from_slice(&f);
                         continue;
                     }

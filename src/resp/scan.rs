@@ -105,6 +105,23 @@ fn count(header: &[u8]) -> Result<u64, ScanError> {
     u64::try_from(n).map_err(|_| ScanError(format!("negative map length {n}")))
 }
 
+/// A RESP3 push answering (P|S)UNSUBSCRIBE: `>3` whose first element names the command.
+pub fn is_unsubscribe_push(frame: &[u8]) -> bool {
+    [
+        &b"unsubscribe\r\n"[..],
+        b"punsubscribe\r\n",
+        b"sunsubscribe\r\n",
+    ]
+    .iter()
+    .any(|kind| {
+        frame.starts_with(b">3\r\n$")
+            && frame
+                .get(4..)
+                .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+                .is_some_and(|nl| frame[4 + nl + 1..].starts_with(kind))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -954,3 +954,49 @@ pub fn guide_index(name: &str, prefix: &str) -> Vec<String> {
     }
     a
 }
+
+/// (P)UNSUBSCRIBE on a connection that subscribed to nothing answers once a channel (once with
+/// none named) and leaves the session as it was: MEM.* still answered by memproxy, under RESP2
+/// and RESP3 (issue 37: single mode turned the connection into a byte tunnel for good).
+pub fn unsubscribe_keeps_the_session(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    c.send(
+        &[
+            encode(&[b"UNSUBSCRIBE"]),
+            encode(&[b"UNSUBSCRIBE", b"a", b"b", b"c"]),
+            encode(&[b"PUNSUBSCRIBE", b"p*"]),
+            encode(&[b"MEM.PING"]),
+            encode(&[b"PING"]),
+        ]
+        .concat(),
+    );
+    for want in ["unsubscribe", "a", "b", "c", "p*"] {
+        let r = c.read_str();
+        assert!(r.starts_with("*3") && r.contains(want), "{want}: {r}");
+    }
+    let pong = c.read_str();
+    assert!(pong.contains("PONG") && !pong.starts_with('-'), "{pong}");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    // RESP3: the answers are pushes; MEM.* replies are maps.
+    let mut c = proxy.raw();
+    c.cmd(&[b"HELLO", b"3"]);
+    assert!(c.read_str().starts_with('%'));
+    c.send(
+        &[
+            encode(&[b"UNSUBSCRIBE", b"x", b"y"]),
+            encode(&[b"MEM.PING"]),
+            encode(&[b"MEM.INFO"]),
+        ]
+        .concat(),
+    );
+    for ch in ["x", "y"] {
+        let r = c.read_str();
+        assert!(r.starts_with(">3") && r.contains(ch), "{r}");
+    }
+    let pong = c.read_str();
+    assert!(pong.contains("PONG") && !pong.starts_with('-'), "{pong}");
+    assert!(
+        c.read_str().starts_with('%'),
+        "MEM.INFO answered by memproxy"
+    );
+}
