@@ -102,6 +102,7 @@ impl Store {
             self.precheck(link, &self.keys.rights_consolidate(&self.keys.memory("0")))
                 .await?;
         }
+        self.follow_slot(link, &scope.user).await?;
         let site = self.site(link);
         let members = self.members(link, scope).await?;
         let index: HashMap<&str, usize> = members
@@ -129,7 +130,7 @@ impl Store {
                 .collect();
             let started = std::time::Instant::now();
             let specs: Vec<_> = specs.iter().map(|s| (s, false)).collect();
-            let results = self.search(link, &specs).await?;
+            let results = self.search(link, &scope.user, &specs).await?;
             breathe(started.elapsed()).await;
             for (&i, result) in chunk.iter().zip(&results) {
                 let m = &members[i];

@@ -165,6 +165,19 @@ impl Keyspace {
         }
     }
 
+    /// Cluster mode: a key in `user`'s slot (a memory key's prefix), declared by the scripts that
+    /// read a scope without naming a key of it, so that Redis answers `MOVED` / `ASK` when that
+    /// slot lives elsewhere now. None on one Redis (nothing to route; no key pattern to pass).
+    pub fn route_key(&self, user: &str) -> Option<String> {
+        self.tagged.then(|| {
+            format!(
+                "{}{{{}}}:",
+                self.mem_prefix,
+                crate::cluster::slot::user_tag(user)
+            )
+        })
+    }
+
     pub fn memory(&self, id: &str) -> String {
         format!("{}{id}", self.mem_prefix)
     }

@@ -461,7 +461,7 @@ impl Store {
             .iter()
             .map(|(side, s)| (s, side_needs_ttl(r.mode, *side)))
             .collect();
-        let results = self.search(link, &sides).await?;
+        let results = self.search(link, &r.scope.user, &sides).await?;
         self.fuse(&self.site(link), r, specs, &results)
     }
 
@@ -759,6 +759,8 @@ impl Store {
     }
 
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
+        // An erasure on a master that no longer serves the user would find nothing to delete.
+        self.follow_slot(link, &scope.user).await?;
         let mut pages = ScopeKeys::new(&self.site(link).keys, Some(scope));
         let mut deleted = 0i64;
         let mut step = 4usize;
@@ -867,7 +869,7 @@ impl Store {
     }
 
     async fn list_once(&self, link: &mut Link, scope: &Scope, spec: &Spec) -> MemResult<Vec<Hit>> {
-        let results = self.search(link, &[(spec, true)]).await?;
+        let results = self.search(link, &scope.user, &[(spec, true)]).await?;
         self.parse_search(
             results.first().unwrap_or(&Value::Nil),
             Retrieval::Keyword,

@@ -504,17 +504,38 @@ impl Store {
         Ok(())
     }
 
-    /// Run the search script over `specs` (reads only; each with whether its rows need their
-    /// TTLs); one result per spec.
-    async fn search(&self, link: &mut Link, specs: &[(&Spec, bool)]) -> MemResult<Vec<Value>> {
+    /// Cluster mode: refused with `MOVED` / `ASK` unless `user`'s slot is served here (a
+    /// no-writes script that declares a key of it), before a verb reads or erases a scope by
+    /// index queries that name no key. Nothing on one Redis.
+    pub async fn follow_slot(&self, link: &mut Link, user: &str) -> MemResult<()> {
+        if let Some(key) = self.site(link).keys.route_key(user) {
+            self.scripts
+                .check
+                .run(link, &[key], &[], Vec::new())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Run the search script over `specs` of `user`'s memories (reads only; each with whether
+    /// its rows need their TTLs); one result per spec. In cluster mode the script declares a key
+    /// of the user's slot, so a read follows the slot after a resharding (`MOVED`) like a write.
+    async fn search(
+        &self,
+        link: &mut Link,
+        user: &str,
+        specs: &[(&Spec, bool)],
+    ) -> MemResult<Vec<Value>> {
         let mut args = vec![specs.len().to_string().into_bytes()];
         for (s, ttl) in specs {
             push_search(&mut args, s, *ttl);
         }
+        let site = self.site(link);
+        let route: Vec<String> = site.keys.route_key(user).into_iter().collect();
         let v = self
             .scripts
             .search
-            .run(link, &[], &self.site(link).keys.rights_read(), args)
+            .run(link, &route, &site.keys.rights_read(), args)
             .await?;
         Ok(match v {
             Value::Array(a) | Value::Set(a) => a,

@@ -19,17 +19,25 @@ const PRELUDE: &str = include_str!("lua/prelude.lua");
 pub struct Script {
     body: String,
     sha: String,
+    /// Flagged `no-writes`: with keys declared it runs as EVALSHA_RO, which needs only read
+    /// access to them (a read-only ACL user's `%R~…` pattern).
+    read_only: bool,
 }
 
 impl Script {
     fn new(flags: &str, body: &str) -> Script {
         let body = format!("#!lua{flags}\n{PRELUDE}\n{body}");
         let sha = redis::Script::new(&body).get_hash().to_string();
-        Script { body, sha }
+        Script {
+            read_only: flags.contains("no-writes"),
+            body,
+            sha,
+        }
     }
 
     /// Run with `keys`; ARGV is the rights block (`rights`), then `args`. A Redis error reply
-    /// becomes an error.
+    /// becomes an error. In cluster mode the keys route it: Redis answers `MOVED` / `ASK` when
+    /// their slot is served elsewhere, before the script runs.
     pub async fn run(
         &self,
         link: &mut Link,
@@ -45,15 +53,16 @@ impl Script {
             push_spec(&mut tail, r);
         }
         tail.extend(args);
+        let ro = self.read_only && !keys.is_empty();
         let mut cmd: Cmd = Vec::with_capacity(tail.len() + 2);
-        cmd.push(b"EVALSHA".to_vec());
+        cmd.push(if ro { &b"EVALSHA_RO"[..] } else { b"EVALSHA" }.to_vec());
         cmd.push(self.sha.as_bytes().to_vec());
         cmd.extend_from_slice(&tail);
         let v = link.call1(cmd).await?;
         if let Value::ServerError(e) = &v {
             if e.code() == "NOSCRIPT" {
                 let mut cmd: Cmd = Vec::with_capacity(tail.len() + 2);
-                cmd.push(b"EVAL".to_vec());
+                cmd.push(if ro { &b"EVAL_RO"[..] } else { b"EVAL" }.to_vec());
                 cmd.push(self.body.as_bytes().to_vec());
                 cmd.extend(tail);
                 return ok(link.call1(cmd).await?);
