@@ -1311,3 +1311,136 @@ fn a_half_moved_slot_answers_tryagain_and_asks() {
         ["1", "2"]
     );
 }
+
+#[test]
+fn reads_follow_a_moved_slot_without_a_write_first() {
+    // Issue 37: after a user's slot moved behind memproxy's back, a read-only MEM.* ran on the
+    // old master (its search script declared no key, so Redis never answered MOVED) and found
+    // nothing, for good. Only reads here after the move.
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let user = "reader";
+    let tag = format!("{{{user}}}");
+    let from = cluster.owner(&tag);
+    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+    let mut c = proxy.client();
+    let facts = [
+        "The user keeps bees in the back garden.",
+        "The user's sister lives in Valencia.",
+        "The user plays the cello in a quartet.",
+        "The user is allergic to penicillin.",
+        "The user drives an old green Volvo.",
+    ];
+    let mut ids = Vec::new();
+    for f in facts {
+        let r = q(
+            &mut c,
+            &["MEM.REMEMBER", f, "USER", user, "KIND", "semantic"],
+        );
+        ids.push(as_str(get(&r, "id")));
+    }
+    q(
+        &mut c,
+        &[
+            "MEM.TURN",
+            "t1",
+            "user",
+            "Hello there",
+            "USER",
+            user,
+            "REMEMBER",
+            "SKIP",
+        ],
+    );
+    // memproxy has the slot map with the user on `from`; now the slot moves without it.
+    let slot = cluster.keyslot(&tag);
+    cluster.begin_move(slot, from, to);
+    cluster.migrate_keys(slot, from, to, 10, Duration::ZERO);
+    cluster.end_move(slot, to);
+    // Reads as a read-only user (no write commands; RediSearch 2.10 declares FT.SEARCH's index
+    // a read-write key, so `%R~` key rights cannot run it at all).
+    for n in &cluster.nodes {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("ro")
+            .arg("on")
+            .arg(">ropw")
+            .arg("~*")
+            .arg("+@all")
+            .arg("-@write")
+            .query(&mut direct(n))
+            .unwrap();
+    }
+    let mut reader = proxy.client();
+    let _: () = redis::cmd("AUTH")
+        .arg("ro")
+        .arg("ropw")
+        .query(&mut reader)
+        .unwrap();
+    for mode in ["vector", "rank"] {
+        let hits = q(
+            &mut reader,
+            &[
+                "MEM.RECALL",
+                "Who in the family lives in Spain?",
+                "USER",
+                user,
+                "MODE",
+                mode,
+                "THRESHOLD",
+                "2",
+                "K",
+                "5",
+            ],
+        );
+        assert_eq!(items(&hits).len(), 5, "MODE {mode} finds every memory");
+    }
+    let listed = q(&mut reader, &["MEM.LIST", "USER", user]);
+    let mut got: Vec<String> = items(&listed)
+        .iter()
+        .map(|h| as_str(get(h, "id")))
+        .collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids, "MEM.LIST on the new owner");
+    let session = q(&mut reader, &["MEM.SESSION", "GET", "t1", "USER", user]);
+    assert!(!items(&session).is_empty(), "the session is found");
+    let events = q(&mut reader, &["MEM.EVENTS", "t1", "USER", user]);
+    assert!(!items(&events).is_empty(), "the events are found");
+    let turn = q(
+        &mut c,
+        &[
+            "MEM.TURN",
+            "t1",
+            "user",
+            "Which instrument do I play?",
+            "USER",
+            user,
+            "REMEMBER",
+            "SKIP",
+            "MODE",
+            "vector",
+            "THRESHOLD",
+            "2",
+        ],
+    );
+    assert!(
+        !items(get(&turn, "recalled")).is_empty(),
+        "the turn's recall"
+    );
+    // An erasure reaches the memories where they live now.
+    let forgotten = q(&mut c, &["MEM.FORGET", "USER", user]);
+    assert_eq!(as_i64(&forgotten), 5, "{forgotten:?}");
+    let n: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut direct(from))
+        .unwrap();
+    assert_eq!(n, 0, "nothing was written on the old owner");
+}
+
+#[test]
+fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
+    let s = setup();
+    unsubscribe_keeps_the_session(&s.proxy);
+}
