@@ -222,11 +222,15 @@ pub struct Config {
     pub recall_threshold: f64,
     /// `auto`, `vector`, `keyword` or `hybrid`: the mode of a recall that names none.
     pub recall_mode: String,
-    /// `MODE auto`: cosine distance beyond which a memory is not recalled (a cut-off suited to
-    /// all-MiniLM-L6-v2, chosen on the tuning parts of the recall evaluation; docs/RECALL.md).
+    /// `MODE auto`'s gate: nothing is recalled unless the scope's nearest memory is within this
+    /// cosine distance (`THRESHOLD` overrides it; chosen on the tuning parts of the recall
+    /// evaluation; docs/RECALL.md).
     pub recall_auto_threshold: f64,
-    /// `MODE auto`: a memory whose similarity is more than this below the best one's is not
-    /// recalled (0: off).
+    /// `MODE auto` / `rank`, per hit: a memory farther than this cosine distance is not recalled
+    /// (2: no per-hit cut-off; the gate decides).
+    pub recall_hit_threshold: f64,
+    /// `MODE auto` / `rank`: a memory whose similarity is more than this below the best one's is
+    /// not recalled (0: off).
     pub recall_relative_cutoff: f64,
     /// `MODE auto`: a long text's later sentence window counts only within this cosine distance
     /// (a short window stands close to more questions than a whole memory does); farther, the
@@ -236,10 +240,16 @@ pub struct Config {
     /// background (the similarity of the farthest of `recall_candidates` candidates; a scope with
     /// fewer memories has no background) for anything to be recalled (0: off).
     pub recall_min_standout: f64,
-    /// `MODE auto`: the most keyword evidence adds to a memory's similarity (its BM25 score over
-    /// the query's best BM25 score in the scope, times this). Searched only in a scope of at most
-    /// 1,000 memories (BM25 over a larger one costs Redis ~20 ms at 100,000).
+    /// `MODE auto` / `rank`: the most keyword evidence adds to a memory's similarity: this times
+    /// the share of the question's rarity-weighted words the memory contains (rarity measured
+    /// among the candidates, so it costs no query and works in scopes of any size).
     pub recall_keyword_weight: f64,
+    /// `MODE auto` / `rank`: what a memory created inside the time window the question names
+    /// ("yesterday", "last week", "in March", relative to `AT`) adds to its similarity.
+    pub recall_time_weight: f64,
+    /// `MODE auto` / `rank`: at most one hit per source thread until every thread among the
+    /// candidates has one (a conversation's turns do not crowd out the other conversations).
+    pub recall_diversity: bool,
     /// `MODE auto`: the most a brand-new memory gains over an old one, in similarity.
     pub recall_recency_weight: f64,
     /// `MODE auto`: the age in days at which the recency gain halves.
@@ -358,10 +368,13 @@ impl Default for Config {
             recall_threshold: 0.55,
             recall_mode: "auto".into(),
             recall_auto_threshold: 0.63,
+            recall_hit_threshold: 0.63,
             recall_relative_cutoff: 0.16,
             recall_window_threshold: 0.45,
             recall_min_standout: 0.0,
             recall_keyword_weight: 0.05,
+            recall_time_weight: 0.0,
+            recall_diversity: false,
             recall_recency_weight: 0.05,
             recall_recency_half_life_days: 60.0,
             recall_hit_weight: 0.0,
@@ -469,17 +482,18 @@ impl Config {
             ("dedup_threshold", self.dedup_threshold),
             ("recall_threshold", self.recall_threshold),
             ("recall_auto_threshold", self.recall_auto_threshold),
+            ("recall_hit_threshold", self.recall_hit_threshold),
             ("consolidate_threshold", self.consolidate_threshold),
         ] {
             if !(0.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not a cosine distance in [0, 2]"));
             }
         }
-        if !["auto", "vector", "keyword", "hybrid"].contains(&self.recall_mode.as_str()) {
+        if !["auto", "rank", "vector", "keyword", "hybrid"].contains(&self.recall_mode.as_str()) {
             return bad(
                 "recall_mode",
                 format!(
-                    "{:?} is not auto, vector, keyword or hybrid",
+                    "{:?} is not auto, rank, vector, keyword or hybrid",
                     self.recall_mode
                 ),
             );
@@ -489,6 +503,7 @@ impl Config {
             ("recall_window_threshold", self.recall_window_threshold),
             ("recall_min_standout", self.recall_min_standout),
             ("recall_keyword_weight", self.recall_keyword_weight),
+            ("recall_time_weight", self.recall_time_weight),
             ("recall_recency_weight", self.recall_recency_weight),
             ("recall_hit_weight", self.recall_hit_weight),
         ] {

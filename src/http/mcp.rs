@@ -70,7 +70,11 @@ pub fn catalog() -> Value {
 
 /// The tools with their argument schemas.
 pub fn tools() -> Vec<Tool> {
-    let mode = json!({"type": "string", "enum": ["auto", "vector", "keyword", "hybrid"]});
+    let mode = json!({
+        "type": "string",
+        "enum": ["auto", "rank", "vector", "keyword", "hybrid"],
+        "description": "auto (default): a gate, then a ranking — nothing when the query touches none of the memories; rank: the k best-ranked memories, always (search); vector: the guide's KNN; keyword: BM25; hybrid: both fused",
+    });
     vec![
         Tool::new(
             "remember",
@@ -87,7 +91,7 @@ pub fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "recall",
-            "Memories relevant to a query, best first (empty when nothing is relevant). Same as MEM.RECALL.",
+            "Memories relevant to a query, best first. It gates by default: empty when nothing is relevant (mode auto); mode rank always returns the k best-ranked. Same as MEM.RECALL.",
             schema(json!({
                 "type": "object",
                 "properties": props(json!({

@@ -92,6 +92,7 @@ pub struct Verb {
 const KINDS: &[Arg] = &[token("EPISODIC"), token("SEMANTIC")];
 const MODES: &[Arg] = &[
     token("AUTO"),
+    token("RANK"),
     token("VECTOR"),
     token("KEYWORD"),
     token("HYBRID"),
@@ -110,6 +111,7 @@ const MODE: Arg = Arg {
     token: Some("MODE"),
     ..oneof("mode", true, MODES)
 };
+const AT: Arg = opt("AT", "unix-seconds", "double");
 const REPLICAS: Arg = opt("REPLICAS", "n", "integer");
 const FSYNC: Arg = Arg {
     optional: true,
@@ -158,6 +160,7 @@ pub const VERBS: &[Verb] = &[
                 true,
                 &[arg("keyword", "double"), arg("vector", "double")],
             ),
+            AT,
         ],
     },
     Verb {
@@ -180,6 +183,7 @@ pub const VERBS: &[Verb] = &[
             K,
             THRESHOLD,
             MODE,
+            AT,
             REPLICAS,
             FSYNC,
         ],
@@ -541,7 +545,8 @@ mod tests {
         assert_eq!(
             syntax(recall.args),
             "query [USER user] [NS namespace] [KIND EPISODIC | SEMANTIC] [THREAD thread] [K k] \
-             [THRESHOLD distance] [MODE AUTO | VECTOR | KEYWORD | HYBRID] [WEIGHTS keyword vector]"
+             [THRESHOLD distance] [MODE AUTO | RANK | VECTOR | KEYWORD | HYBRID] [WEIGHTS keyword vector] \
+             [AT unix-seconds]"
         );
         assert!(find(b"mem.nope").is_none());
     }

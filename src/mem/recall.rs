@@ -16,7 +16,8 @@ pub const MAX_K: i64 = 1000;
 
 /// # Format
 /// `MEM.RECALL query [USER u] [NS ns] [KIND k] [THREAD t] [K n] [THRESHOLD distance]
-/// [MODE auto|vector|keyword|hybrid] [WEIGHTS kw vec]` → array of hits, best first.
+/// [MODE auto|rank|vector|keyword|hybrid] [WEIGHTS kw vec] [AT unix-seconds]` → array of hits,
+/// best first.
 #[derive(Clone)]
 pub struct RecallCmd {
     pub query: String,
@@ -24,21 +25,27 @@ pub struct RecallCmd {
     pub opts: RecallOpts,
 }
 
-/// K, THRESHOLD, MODE and WEIGHTS, shared with MEM.TURN.
+/// K, THRESHOLD, MODE, WEIGHTS and AT, shared with MEM.TURN.
 #[derive(Clone)]
 pub struct RecallOpts {
     pub k: usize,
     pub threshold: f64,
     pub mode: Retrieval,
     pub weights: (f64, f64),
+    /// The question's own time (unix seconds); `None`: now.
+    pub at: Option<f64>,
 }
 
-pub const RECALL_OPTS: [Opt; 4] = [
+pub const RECALL_OPTS: [Opt; 5] = [
     Opt("K", 1),
     Opt("THRESHOLD", 1),
     Opt("MODE", 1),
     Opt("WEIGHTS", 2),
+    Opt("AT", 1),
 ];
+
+/// The latest `AT`: 9999-12-31T23:59:59Z.
+pub const MAX_AT: f64 = 253_402_300_799.0;
 
 impl RecallOpts {
     pub fn from(o: &super::args::Options, a: &Args, cfg: &Config) -> MemResult<RecallOpts> {
@@ -46,7 +53,7 @@ impl RecallOpts {
             None => Retrieval::parse(&cfg.recall_mode).unwrap_or(Retrieval::Auto),
             Some(m) => Retrieval::parse(m).ok_or_else(|| {
                 a.err(format!(
-                    "unknown MODE '{m}' (auto, vector, keyword or hybrid)"
+                    "unknown MODE '{m}' (auto, rank, vector, keyword or hybrid)"
                 ))
             })?,
         };
@@ -62,12 +69,16 @@ impl RecallOpts {
                 .map(|k| k as usize)
                 .unwrap_or(cfg.default_k),
             // THRESHOLD caps the distance in every mode; `auto` has a cut-off of its own.
+            // THRESHOLD is `auto`'s gate, and caps the distance of every hit in the other modes
+            // (`rank` has none unless given).
             threshold: o.float(a, "THRESHOLD", 0.0..=2.0)?.unwrap_or(match mode {
                 Retrieval::Auto => cfg.recall_auto_threshold,
+                Retrieval::Rank => 2.0,
                 _ => cfg.recall_threshold,
             }),
             mode,
             weights,
+            at: o.float(a, "AT", 0.0..=MAX_AT)?,
         })
     }
 }
@@ -84,6 +95,7 @@ impl RecallOpts {
             threshold: self.threshold,
             mode: self.mode,
             weights: self.weights,
+            at: self.at.unwrap_or_else(crate::store::now_ts),
         }
     }
 }

@@ -327,32 +327,6 @@ impl Keyspace {
             .map(|s| Self::with_return(s, &[]))
     }
 
-    /// [`Keyspace::keyword`] with the scope fields only: `MODE auto`'s keyword evidence, which
-    /// needs a memory's id and BM25 score, not its text (up to 100 KB a memory). Marked for the
-    /// search script to run only in a scope of at most 1,000 memories (`IF_SMALL_SCOPE`, see
-    /// lua/prelude.lua): BM25 scores every memory sharing a word with the question. `large`:
-    /// what a recent count of the scope found (over 1,000: no evidence; at most: unmarked).
-    pub fn keyword_evidence(
-        &self,
-        scope: &Scope,
-        text: &str,
-        k: usize,
-        large: Option<bool>,
-    ) -> Option<Spec> {
-        if large == Some(true) {
-            return None;
-        }
-        self.keyword_query(scope, text, k).map(|mut s| {
-            if large.is_none() {
-                s.splice(
-                    1..1,
-                    [b"IF_SMALL_SCOPE".to_vec(), scope.filter().into_bytes()],
-                );
-            }
-            Self::returning(s, &["user", "namespace", "kind", "source_thread"])
-        })
-    }
-
     fn keyword_query(&self, scope: &Scope, text: &str, k: usize) -> Option<Spec> {
         let terms = keyword_terms(text);
         if terms.is_empty() {

@@ -4,6 +4,7 @@ use redis::Value;
 use serde_json::json;
 
 use super::keyspace::{cmd, Keyspace, Kind, Scope, Spec};
+use super::rank;
 use super::scripts::{ok, push_spec};
 use super::value::{array, field, flat, float, int, text, ttl_from_pttl};
 use super::{now_ts, Site, Store};
@@ -196,9 +197,12 @@ pub enum Retrieval {
     Vector,
     Keyword,
     Hybrid,
-    /// The scope's nearest memories within a calibrated cut-off, ranked (`Store::rank`); the
-    /// default.
+    /// The gate (does the question touch the scope?), then the ranking of the nearest memories
+    /// (`store::rank`); the default.
     Auto,
+    /// `Auto`'s ranking without its gate: the K best-ranked memories, whatever their distance
+    /// (search APIs that promise the n best items).
+    Rank,
     /// `Auto`'s candidates found by a later window of a long text (a search side, never a mode;
     /// its hits are reported as `auto`).
     Windows,
@@ -211,6 +215,7 @@ impl Retrieval {
             Retrieval::Keyword => "keyword",
             Retrieval::Hybrid => "hybrid",
             Retrieval::Auto | Retrieval::Windows => "auto",
+            Retrieval::Rank => "rank",
         }
     }
 
@@ -220,6 +225,7 @@ impl Retrieval {
             "keyword" => Some(Retrieval::Keyword),
             "hybrid" => Some(Retrieval::Hybrid),
             "auto" => Some(Retrieval::Auto),
+            "rank" => Some(Retrieval::Rank),
             _ => None,
         }
     }
@@ -278,21 +284,12 @@ pub struct Recall<'a> {
     pub mode: Retrieval,
     /// (keyword, vector) weights of the fusion.
     pub weights: (f64, f64),
-}
-
-/// Whether a search side's rows need their TTLs: all but `MODE auto`'s keyword evidence, which
-/// gives scores by id and no hits (20 PTTL calls saved a recall).
-pub(crate) fn side_needs_ttl(mode: Retrieval, side: Retrieval) -> bool {
-    !(mode == Retrieval::Auto && side == Retrieval::Keyword)
+    /// The question's own time (unix seconds): time phrases and recency count from it.
+    pub at: f64,
 }
 
 /// Reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
-
-/// How many of a scope's best BM25 matches give `MODE auto` its keyword evidence: a candidate
-/// outside them gets none. The recall bench chooses the constants from the same 20
-/// (`MODE keyword K 20`), so the default ranks with the evidence it was chosen on.
-const KEYWORD_EVIDENCE: usize = 20;
 
 /// How long an `adaptive` scope count is reused by later recalls of the scope (a scope that
 /// grows past the brute-force limit meanwhile is brute-forced a little longer: still exact).
@@ -416,8 +413,8 @@ impl Store {
         if matches!(r.mode, Retrieval::Vector | Retrieval::Hybrid) {
             specs.push((Retrieval::Vector, keys.knn(r.scope, r.k, r.vector, large)));
         }
-        if r.mode == Retrieval::Auto {
-            // The candidates, and keyword evidence about as many of the scope's memories.
+        if matches!(r.mode, Retrieval::Auto | Retrieval::Rank) {
+            // The candidates (their texts carry the keyword evidence: no BM25 search needed).
             let c = r.k.max(self.config().recall_candidates);
             specs.push((Retrieval::Auto, keys.knn(r.scope, c, r.vector, large)));
             // Long texts' later windows, where the index has them: candidates by any part.
@@ -426,13 +423,6 @@ impl Store {
                     Retrieval::Windows,
                     keys.knn_windows(r.scope, c, r.vector, large),
                 ));
-            }
-            // Keyword evidence only where it counts (a weight of 0 leaves it out).
-            if self.config().recall_keyword_weight > 0.0 {
-                let n = c.max(KEYWORD_EVIDENCE);
-                if let Some(s) = keys.keyword_evidence(r.scope, r.text, n, large) {
-                    specs.push((Retrieval::Keyword, s));
-                }
             }
         }
         if matches!(r.mode, Retrieval::Keyword | Retrieval::Hybrid) {
@@ -457,10 +447,7 @@ impl Store {
         r: &Recall<'_>,
         specs: &[(Retrieval, Spec)],
     ) -> MemResult<Vec<Hit>> {
-        let sides: Vec<(&Spec, bool)> = specs
-            .iter()
-            .map(|(side, s)| (s, side_needs_ttl(r.mode, *side)))
-            .collect();
+        let sides: Vec<(&Spec, bool)> = specs.iter().map(|(_, s)| (s, true)).collect();
         let results = self.search(link, &r.scope.user, &sides).await?;
         self.fuse(&self.site(link), r, specs, &results)
     }
@@ -522,9 +509,6 @@ impl Store {
                 (Retrieval::Vector, Err(e)) if r.mode == Retrieval::Hybrid => {
                     tracing::warn!(error = %e, "hybrid recall: vector side failed, answering with the keyword side")
                 }
-                (Retrieval::Keyword, Err(e)) if r.mode == Retrieval::Auto => {
-                    tracing::warn!(error = %e, "auto recall: keyword side failed, ranking without keyword evidence")
-                }
                 (Retrieval::Windows, Err(e)) => {
                     // The index lost its windows field (recreated by other code): first windows
                     // only until the index is checked again.
@@ -562,11 +546,9 @@ impl Store {
         match r.mode {
             Retrieval::Vector => Ok(vector_hits.unwrap_or_default()),
             Retrieval::Keyword => Ok(keyword_hits.unwrap_or_default()),
-            Retrieval::Auto | Retrieval::Windows => Ok(self.rank(
-                r,
-                candidates.unwrap_or_default(),
-                &keyword_hits.unwrap_or_default(),
-            )),
+            Retrieval::Auto | Retrieval::Rank | Retrieval::Windows => {
+                Ok(self.rank(r, candidates.unwrap_or_default()))
+            }
             Retrieval::Hybrid => {
                 let Some(vector_hits) = vector_hits else {
                     return Ok(keyword_hits.unwrap_or_default());
@@ -600,20 +582,11 @@ impl Store {
         }
     }
 
-    /// `MODE auto`, the default: the scope's nearest memories within THRESHOLD (cosine
-    /// distance; `recall_auto_threshold` unless given) and, with `recall_relative_cutoff`, within
-    /// that much similarity of the best of them; with `recall_min_standout`, nothing unless the
-    /// nearest candidate's similarity stands that far above the farthest of a full set of
-    /// candidates (the scope's background). Ordered by
-    /// `score = similarity + recall_keyword_weight · bm25 / best_bm25
-    ///        + recall_recency_weight · 0.5^(age_days / recall_recency_half_life_days)
-    ///        + recall_hit_weight · log2(1 + hit_count)`,
-    /// where `bm25` is the memory's keyword score for the query (0 when the keyword side did not
-    /// return it) and `best_bm25` the best of the scope. Keyword evidence reorders; it never
-    /// admits a memory the cut-off left out. A hit keeps its `distance` and carries `score`.
-    fn rank(&self, r: &Recall<'_>, rows: Vec<Hit>, keyword: &[Hit]) -> Vec<Hit> {
+    /// `MODE auto` (the gate, then the ranking) and `MODE rank` (the ranking alone) over the
+    /// candidates, each memory once at its nearest window, nearest first: `store::rank`. A hit
+    /// keeps its `distance` and carries its `score`.
+    fn rank(&self, r: &Recall<'_>, rows: Vec<Hit>) -> Vec<Hit> {
         let c = self.config();
-        let similarity = |h: &Hit| 1.0 - h.distance.unwrap_or(2.0);
         let candidates: Vec<Hit> = rows
             .into_iter()
             .filter(|h| h.distance.is_some())
@@ -623,56 +596,54 @@ impl Store {
             })
             .take(c.recall_candidates.max(r.k))
             .collect();
+        let mut params = rank::Params::of(c, r.threshold);
+        if r.mode == Retrieval::Rank {
+            // The K best-ranked, always: no gate and no per-hit cut-off of the settings; a
+            // THRESHOLD given caps each hit's distance, as in the other modes.
+            params.gate = 2.0;
+            params.hit_threshold = r.threshold;
+            params.relative = 0.0;
+        }
+        let view: Vec<rank::Candidate<'_>> = candidates
+            .iter()
+            .map(|h| rank::Candidate {
+                distance: h.distance.unwrap_or(2.0),
+                text: &h.text,
+                thread: h.source_thread.as_deref(),
+                created_ts: h.created_ts,
+                hit_count: h.hit_count.unwrap_or(0),
+            })
+            .collect();
+        if r.mode == Retrieval::Auto && !rank::gate_passes(&view, &params) {
+            return Vec::new();
+        }
         // Nothing stands out from the scope's background (the farthest of a full set of
         // candidates; a smaller scope has none to measure): nothing is recalled.
         let full = c.recall_candidates.max(r.k);
-        if c.recall_min_standout > 0.0 && candidates.len() == full && full >= 2 {
-            let background = similarity(&candidates[full - 1]);
-            if similarity(&candidates[0]) - background < c.recall_min_standout {
-                return Vec::new();
-            }
+        if r.mode == Retrieval::Auto
+            && c.recall_min_standout > 0.0
+            && view.len() == full
+            && full >= 2
+            && view[full - 1].distance - view[0].distance < c.recall_min_standout
+        {
+            return Vec::new();
         }
-        let within: Vec<Hit> = candidates
+        let retrieval = match r.mode {
+            Retrieval::Rank => Retrieval::Rank,
+            _ => Retrieval::Auto,
+        };
+        let order = rank::rank(r.text, r.at, &view, r.k, &params);
+        let mut slots: Vec<Option<Hit>> = candidates.into_iter().map(Some).collect();
+        order
             .into_iter()
-            .filter(|h| h.distance.is_some_and(|d| d <= r.threshold))
-            .collect();
-        let best = within.iter().map(similarity).fold(f64::MIN, f64::max);
-        let best_bm25 = keyword.iter().filter_map(|h| h.score).fold(0.0, f64::max);
-        let now = super::now_ts();
-        let mut out: Vec<Hit> = within
-            .into_iter()
-            .filter(|h| {
-                c.recall_relative_cutoff == 0.0 || similarity(h) >= best - c.recall_relative_cutoff
-            })
-            .map(|h| {
-                let bm25 = keyword
-                    .iter()
-                    .find(|k| k.id == h.id)
-                    .and_then(|k| k.score)
-                    .filter(|_| best_bm25 > 0.0)
-                    .map_or(0.0, |s| s / best_bm25);
-                let age_days = h
-                    .created_ts
-                    .map_or(0.0, |t| ((now - t) / 86_400.0).max(0.0));
-                let score = similarity(&h)
-                    + c.recall_keyword_weight * bm25
-                    + c.recall_recency_weight
-                        * 0.5f64.powf(age_days / c.recall_recency_half_life_days)
-                    + c.recall_hit_weight * (1.0 + h.hit_count.unwrap_or(0).max(0) as f64).log2();
-                Hit {
+            .filter_map(|(i, score)| {
+                slots[i].take().map(|h| Hit {
                     score: Some(score),
-                    retrieval: Retrieval::Auto,
+                    retrieval,
                     ..h
-                }
+                })
             })
-            .collect();
-        out.sort_by(|a, b| {
-            b.score
-                .partial_cmp(&a.score)
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        out.truncate(r.k);
-        out
+            .collect()
     }
 
     /// One search() result of the Lua prelude: `{'ok', total, rows}` or `{'err', msg}`.

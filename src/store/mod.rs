@@ -5,6 +5,8 @@
 //! - [`schema`]: the index, created when missing and checked when present;
 //! - [`scripts`]: the Lua scripts that make every MEM.* write atomic and all-or-nothing;
 //! - [`memory`]: long-term memory (remember, recall, forget, list);
+//! - [`rank`]: `MODE auto`'s gate and ranking over the KNN candidates (pure; the recall bench runs
+//!   it too), with [`when`]: the time window a question names;
 //! - [`consolidate`]: near-duplicates merged into their oldest member;
 //! - [`session`]: working memory, agent turns and the event log.
 //!
@@ -36,10 +38,12 @@ pub mod consolidate;
 pub mod durable;
 pub mod keyspace;
 pub mod memory;
+pub mod rank;
 pub mod schema;
 pub mod scripts;
 pub mod session;
 pub mod value;
+pub mod when;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

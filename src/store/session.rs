@@ -335,12 +335,8 @@ impl Store {
         ] {
             args.push(a.into_bytes());
         }
-        for (side, s) in specs {
-            push_search(
-                &mut args,
-                s,
-                super::memory::side_needs_ttl(t.recall.mode, *side),
-            );
+        for (_, s) in specs {
+            push_search(&mut args, s, true);
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {

@@ -165,6 +165,18 @@ def langgraph_store():
     ok(store.list_namespaces(prefix=(f"{TAG}a",), max_depth=1) == [(f"{TAG}a",)], "max_depth")
     store.delete(a, "pet")
     ok(store.get(a, "pet") is None, "delete")
+    # BaseStore's contract, tried as a new user would: search(query, limit=n) returns the n best
+    # items with their scores, however loosely the query matches (memproxy's default recall gates
+    # and answered [] here).
+    c = (f"{TAG}c", "memories")
+    store.put(c, "diet", {"text": "Alice is vegetarian and avoids fish."})
+    store.put(c, "job", {"text": "Alice works night shifts at the hospital."})
+    best = store.search(c, query="what should I cook for her?", limit=2)
+    ok(len(best) == 2 and best[0].key == "diet" and best[0].score >= best[1].score, f"search ranks {best}")
+    gated = MemproxyStore(Memory(f"redis://127.0.0.1:{PORT}"), prefix=f"{TAG}:lg", search_mode="auto")
+    ok(gated.search(c, query="What is the capital of Peru?", limit=2) == [], "search_mode auto gates")
+    for k in ("diet", "job"):
+        store.delete(c, k)
     store.put(a, "raw", {"blob": 1}, index=False)
     ok(store.get(a, "raw").value == {"blob": 1}, "unindexed put")
 

@@ -70,7 +70,7 @@ class _Verbs:
         return a
 
     @staticmethod
-    def recall(query, user, namespace, kind, thread, k, threshold, mode, weights) -> List[Any]:
+    def recall(query, user, namespace, kind, thread, k, threshold, mode, weights, at=None) -> List[Any]:
         a: List[Any] = ["MEM.RECALL", query]
         _scope(a, user, namespace, kind, thread)
         if k is not None:
@@ -81,6 +81,8 @@ class _Verbs:
             a += ["MODE", mode]
         if weights is not None:
             a += ["WEIGHTS", float(weights[0]), float(weights[1])]
+        if at is not None:
+            a += ["AT", float(at)]
         return a
 
     @staticmethod
@@ -226,9 +228,12 @@ class Memory:
     def recall(self, query: str, *, user: Optional[str] = None, namespace: Optional[str] = None,
                kind: Optional[str] = None, thread: Optional[str] = None, k: Optional[int] = None,
                threshold: Optional[float] = None, mode: Optional[str] = None,
-               weights: Optional[Tuple[float, float]] = None) -> List[Hit]:
-        """MEM.RECALL: the scope's memories relevant to `query`, best first (empty when none is)."""
-        return [Hit.parse(h) for h in self._do(_Verbs.recall(query, user, namespace, kind, thread, k, threshold, mode, weights)) or []]
+               weights: Optional[Tuple[float, float]] = None, at: Optional[float] = None) -> List[Hit]:
+        """MEM.RECALL: the scope's memories relevant to `query`, best first. The default (`mode="auto"`)
+        gates: empty when the question touches none of them. `mode="rank"` ranks without the gate (the
+        k best, always: what a search API promises). `at`: the question's own time (unix seconds) for
+        time phrases such as "last week"."""
+        return [Hit.parse(h) for h in self._do(_Verbs.recall(query, user, namespace, kind, thread, k, threshold, mode, weights, at)) or []]
 
     def turn(self, thread: str, role: str, content: str, *, user: Optional[str] = None,
              namespace: Optional[str] = None, agent: Optional[str] = None,
@@ -328,8 +333,8 @@ class AsyncMemory:
         return Remembered.parse(await self._do(_Verbs.remember(text, user, namespace, kind, thread, ttl, dedup, created, hits)))
 
     async def recall(self, query: str, *, user=None, namespace=None, kind=None, thread=None, k=None,
-                     threshold=None, mode=None, weights=None) -> List[Hit]:
-        return [Hit.parse(h) for h in await self._do(_Verbs.recall(query, user, namespace, kind, thread, k, threshold, mode, weights)) or []]
+                     threshold=None, mode=None, weights=None, at=None) -> List[Hit]:
+        return [Hit.parse(h) for h in await self._do(_Verbs.recall(query, user, namespace, kind, thread, k, threshold, mode, weights, at)) or []]
 
     async def turn(self, thread: str, role: str, content: str, *, user=None, namespace=None, agent=None,
                    remember=None, k=None, threshold=None, mode=None) -> Turn:

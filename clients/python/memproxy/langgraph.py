@@ -8,8 +8,11 @@ Mapping (docs: clients/python/README.md):
   `<prefix>:items:<namespace as JSON>`, holding the key, the value and the timestamps, so that
   `get(namespace, key)` is one HGET; `<prefix>:ids:<namespace as JSON>` maps memory ids back to keys,
   and the set `<prefix>:namespaces` lists the namespaces in use;
-- `search(prefix, query=…)` is MEM.RECALL in each namespace under the prefix (`search_mode`, memproxy's
-  default unless set), scores `1 − distance`; `filter` compares the value's fields ($eq, $ne, $gt,
+- `search(prefix, query=…, limit=n)` is MEM.RECALL in each namespace under the prefix, and keeps
+  `BaseStore`'s contract: the n best items by similarity, each with its score `1 − distance`. It
+  ranks without a gate (`search_mode="rank"`, the default here); `search_mode="auto"` also drops
+  everything when the question touches none of the namespace's memories (memproxy's default for
+  MEM.RECALL), any other mode is MEM.RECALL's; `filter` compares the value's fields ($eq, $ne, $gt,
   $gte, $lt, $lte, or a plain value for equality); without a query, items newest first.
 
 The hashes and the set are ordinary Redis commands, sent through the same memproxy connection. A put is
@@ -106,7 +109,7 @@ class MemproxyStore(BaseStore):
         memory: Union[Memory, str],
         *,
         fields: Optional[Sequence[str]] = None,
-        search_mode: Optional[str] = None,
+        search_mode: Optional[str] = "rank",
         prefix: str = "memproxy:lgstore",
     ):
         self.memory = Memory(memory) if isinstance(memory, str) else memory

@@ -132,22 +132,8 @@ local function cluster_search(args)
   return out, wanted
 end
 
--- `<index> IF_SMALL_SCOPE <filter> <query> …`: run the search only when the scope holds at most
--- SCOPE_BRUTE_FORCE memories (else, or when the count fails, no rows). MODE auto's keyword
--- evidence: BM25 scores every memory that shares a word with the question (~20 ms of Redis in a
--- scope of 100,000), so a large scope is ranked without it.
-local function small_scope_only(args)
-  if args[2] ~= 'IF_SMALL_SCOPE' then return args, true end
-  local n = scope_size(args[1], args[3])
-  local out = {args[1]}
-  for i = 4, #args do out[#out + 1] = args[i] end
-  return out, (n and n <= SCOPE_BRUTE_FORCE) or false
-end
-
 local function search(args, ttl)
-  local policy, wanted, run
-  args, run = small_scope_only(args)
-  if not run then return {'ok', 0, {}, 'SKIPPED'} end
+  local policy, wanted
   args, policy = adapt_policy(args)
   args, wanted = cluster_search(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
