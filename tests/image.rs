@@ -36,9 +36,12 @@ fn the_image_builds_and_serves() {
         .filter(|t| !have(t))
         .collect();
     if !root || !missing.is_empty() {
-        eprintln!(
-            "SKIPPED the_image_builds_and_serves: needs root and {} (apt-get install buildah debootstrap)",
-            if missing.is_empty() { "nothing else".to_string() } else { format!("{missing:?}") }
+        skipped(
+            "the_image_builds_and_serves",
+            &format!(
+                "needs root and {} (scripts/setup.sh installs buildah and debootstrap when run as root)",
+                if missing.is_empty() { "nothing else".to_string() } else { format!("{missing:?}") }
+            ),
         );
         return;
     }

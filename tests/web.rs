@@ -231,7 +231,10 @@ fn mcp_tools_through_the_official_sdk() {
 fn the_page_in_headless_chromium() {
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     if !std::path::Path::new(&chromium).exists() {
-        eprintln!("SKIPPED: no chromium at {chromium} (scripts/setup.sh installs Debian's chromium when run as root)");
+        skipped(
+            "the_page_in_headless_chromium",
+            &format!("no chromium at {chromium} (scripts/setup.sh installs Debian's chromium when run as root)"),
+        );
         return;
     }
     let (_p, base) = web_proxy(&[]);
