@@ -6,7 +6,8 @@
 //!                          ├─ ordinary → upstream (this client's own socket), original bytes
 //!                          └─ MEM.*    → mem::Command::parse → apply(engine) → reply in its slot
 //! mem::apply ──▶ embed (handle → bounded queue → model threads, batching, cache)
-//!            └─▶ store (keys, schema, queries, escaping; scripts on one shared connection) ──▶ upstream
+//!            └─▶ store (keys, schema, queries, escaping, ranking; scripts on the client's own
+//!                connection) ──▶ upstream
 //! ```
 //!
 //! Module map: [`config`] settings; [`error`] MEM.* errors by fault; [`server`] accept loop;
@@ -40,20 +41,43 @@ pub use config::Config;
 pub use engine::Engine;
 pub use server::Server;
 
+/// Why memproxy could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Start(#[from] engine::StartError),
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    Http {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
 /// Start everything and serve until `shutdown` resolves. `ready` gets the bound address.
 pub async fn run(
     cfg: Config,
     shutdown: impl std::future::Future<Output = ()>,
     ready: impl FnOnce(server::Bound),
-) -> anyhow::Result<()> {
+) -> Result<(), RunError> {
     let cfg = Arc::new(cfg);
     let engine = Arc::new(Engine::start(cfg.clone()).await?);
     engine.store.warm_up().await;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let http = match &cfg.http_listen {
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            tracing::info!(addr = %listener.local_addr()?, "HTTP listener ready (/metrics, /healthz, /readyz)");
+            let http_err = |source| RunError::Http {
+                addr: addr.clone(),
+                source,
+            };
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(http_err)?;
+            tracing::info!(addr = %listener.local_addr().map_err(http_err)?, "HTTP listener ready (/metrics, /healthz, /readyz)");
             Some(tokio::spawn(http::serve(
                 listener,
                 engine.clone(),
@@ -68,7 +92,12 @@ pub async fn run(
         let e = engine.clone();
         tokio::spawn(async move { e.consolidator.run_forever(&e).await })
     });
-    let server = Server::bind(engine).await?;
+    let server = Server::bind(engine)
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: cfg.listen.clone(),
+            source,
+        })?;
     ready(server.local_addr());
     server
         .run(async {

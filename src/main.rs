@@ -208,7 +208,8 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         };
         tracing::info!(addr = %bound, %upstream, "memproxy ready; connect with: {hint}");
     })
-    .await
+    .await?;
+    Ok(())
 }
 
 /// The upstream URL without its password, for logs.
