@@ -97,7 +97,7 @@ fn main() {
                 let v32: Vec<f32> = v.iter().map(|x| *x as f32).collect();
                 let id = format!("{:012x}", 0xb000_0000_0000u64 + loaded as u64);
                 let doc = serde_json::json!({
-                    "id": id, "user": if loaded % 20 == 0 && loaded < 1000 { "few" } else { "bench" }, "namespace": "default", "kind": "semantic", "source_thread": "",
+                    "id": id, "user": if loaded.is_multiple_of(20) && loaded < 1000 { "few" } else { "bench" }, "namespace": "default", "kind": "semantic", "source_thread": "",
                     "text": sentence(loaded), "embedding": v32, "created_ts": 1.7e9 + loaded as f64, "hit_count": 0
                 });
                 pipe.cmd("JSON.SET")

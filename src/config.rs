@@ -38,6 +38,31 @@ pub struct Flags {
     #[arg(long, global = true, env = "MEMPROXY_MODEL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Pooling of the model's token embeddings: mean, cls, max, lasttoken, weightedmean or
+    /// mean_sqrt_len_tokens (several joined by +) [default: the model's 1_Pooling/config.json,
+    /// else mean].
+    #[arg(long, global = true, env = "MEMPROXY_POOLING")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<String>,
+    /// L2-normalise embeddings [default: whether the model's modules.json lists Normalize, else
+    /// true].
+    #[arg(long, global = true, env = "MEMPROXY_NORMALIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<bool>,
+    /// Tokens of a text the model reads [default: the model's sentence_bert_config.json, else 256].
+    #[arg(long, global = true, env = "MEMPROXY_MAX_SEQ_LENGTH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_seq_length: Option<usize>,
+    /// Prepended to a recall's question; "" for none [default: the model's
+    /// config_sentence_transformers.json prompts].
+    #[arg(long, global = true, env = "MEMPROXY_QUERY_PROMPT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_prompt: Option<String>,
+    /// Prepended to what is remembered; "" for none [default: the model's
+    /// config_sentence_transformers.json prompts].
+    #[arg(long, global = true, env = "MEMPROXY_DOCUMENT_PROMPT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document_prompt: Option<String>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the deps dir).
     #[arg(long, global = true, env = "MEMPROXY_ORT_LIBRARY")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -194,6 +219,13 @@ pub struct Config {
     pub listen: String,
     pub upstream: String,
     pub model: Option<String>,
+    /// Overrides of what the model's own files say (`embed::layout`); `None`: the files. The
+    /// prompts: `Some("")` is no prompt.
+    pub pooling: Option<String>,
+    pub normalize: Option<bool>,
+    pub max_seq_length: Option<usize>,
+    pub query_prompt: Option<String>,
+    pub document_prompt: Option<String>,
     pub ort_library: Option<PathBuf>,
     pub deps_dir: Option<PathBuf>,
     pub max_clients: usize,
@@ -348,6 +380,11 @@ impl Default for Config {
             listen: "127.0.0.1:6380".into(),
             upstream: "redis://127.0.0.1:6379".into(),
             model: None,
+            pooling: None,
+            normalize: None,
+            max_seq_length: None,
+            query_prompt: None,
+            document_prompt: None,
             ort_library: None,
             deps_dir: None,
             max_clients: 10_000,
@@ -511,7 +548,8 @@ impl Config {
                 return bad(k, format!("{v} is not in [0, 2]"));
             }
         }
-        if !(self.recall_recency_half_life_days > 0.0) {
+        if self.recall_recency_half_life_days.is_nan() || self.recall_recency_half_life_days <= 0.0
+        {
             return bad(
                 "recall_recency_half_life_days",
                 format!(
@@ -608,6 +646,14 @@ impl Config {
         }
         if self.embed_graph_optimization > 3 {
             return bad("embed_graph_optimization", "must be 0, 1, 2 or 3".into());
+        }
+        if let Some(p) = &self.pooling {
+            if let Err(e) = crate::embed::layout::Pooling::parse_list(p) {
+                return bad("pooling", e);
+            }
+        }
+        if self.max_seq_length == Some(0) {
+            return bad("max_seq_length", "must be at least 1".into());
         }
         Ok(())
     }

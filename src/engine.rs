@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::embed::Embedder;
+use crate::embed::{Embedder, Role};
 use crate::error::MemError;
 use crate::mem;
 use crate::resp::{Protocol, Reply};
@@ -179,7 +179,9 @@ impl Engine {
     pub fn prefetch(&self, args: &[Vec<u8>]) {
         if let Some(text) = mem::text_to_embed(args) {
             if text.len() <= self.cfg.max_text_bytes && !text.trim().is_empty() {
-                self.embedder.prefetch(text);
+                for role in prefetch_roles(args) {
+                    self.embedder.prefetch_as(text.clone(), *role);
+                }
             }
         }
     }
@@ -299,4 +301,28 @@ fn verb_label(name: &[u8]) -> &'static str {
     crate::mem::catalog::find(name)
         .map(|v| v.name)
         .unwrap_or("other")
+}
+
+/// The roles a queued MEM.* request's text will be embedded in (see `mem::text_to_embed`): a
+/// recall's question as a query, a turn's content as a query (its recall) and as a document (when
+/// remembered), MEM.EMBED as its QUERY flag says, anything else as a document. Where the model's
+/// prompts agree the two roles share one run.
+fn prefetch_roles(args: &[Vec<u8>]) -> &'static [Role] {
+    let verb = args
+        .first()
+        .map(|v| v.to_ascii_lowercase())
+        .unwrap_or_default();
+    match verb.as_slice() {
+        b"mem.recall" => &[Role::Query],
+        b"mem.turn" => &[Role::Query, Role::Document],
+        b"mem.embed"
+            if args
+                .iter()
+                .skip(2)
+                .any(|a| a.eq_ignore_ascii_case(b"query")) =>
+        {
+            &[Role::Query]
+        }
+        _ => &[Role::Document],
+    }
 }

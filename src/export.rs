@@ -209,10 +209,14 @@ async fn import_parsed(
     });
     let text = v.get("text").and_then(|x| x.as_str()).unwrap_or_default();
     let cache = engine.embedder.cache();
+    // Keyed as MEM.REMEMBER will look it up: the text as a document.
+    let key = engine
+        .embedder
+        .model_input(text, crate::embed::Role::Document);
     match (&own, check) {
-        (Some(own), Some(false)) => cache.put(text, own.clone()),
+        (Some(own), Some(false)) => cache.put(&key, own.clone()),
         // The model must run for this one: nothing cached may stand in for it.
-        (Some(_), _) => cache.remove(text),
+        (Some(_), _) => cache.remove(&key),
         _ => {}
     }
     let imported = match import_line(verbs, &v).await {

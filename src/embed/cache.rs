@@ -1,4 +1,5 @@
-//! A bounded LRU of embeddings keyed by exact text, shared by all connections.
+//! A bounded LRU of embeddings keyed by the exact model input (the role's prompt, then the text:
+//! `Embedder::model_input`), shared by all connections.
 //!
 //! Bounded twice: by entries and by bytes (text plus vector), so neither many short texts nor a
 //! few long ones can grow it past its budget. Hits skip the model entirely.

@@ -1,22 +1,30 @@
 //! Server-side text embedding.
 //!
-//! - [`Model`]: the narrow synchronous trait a backend implements (texts in, unit vectors out).
+//! - [`Model`]: the narrow synchronous trait a backend implements (texts in, vectors out).
 //! - [`onnx`]: the ONNX Runtime backend (all-MiniLM-L6-v2 by default), with [`tokenize`].
+//! - [`layout`]: what the model directory says (pooling, normalisation, maximum length, query
+//!   and document prompts), with the settings that override it.
 //! - [`locate`]: where the model comes from: a directory, or a Hugging Face id.
 //! - [`worker`]: threads that own the models and batch what is queued.
-//! - [`cache`]: a bounded LRU of embeddings keyed by exact text.
+//! - [`cache`]: a bounded LRU of embeddings keyed by the exact model input.
 //!
 //! [`Embedder`] is the cloneable handle the rest of memproxy uses: it answers from the cache or
 //! queues the text for a worker, and fails at once with "embedder overloaded" when the bounded
-//! queue is full, so a burst can never grow memory without bound.
+//! queue is full, so a burst can never grow memory without bound. Every text is embedded in a
+//! [`Role`]: a recall's question as a [`Role::Query`] ([`Embedder::embed_query`]), everything
+//! stored as a [`Role::Document`] ([`Embedder::embed`]). The role's prompt is prepended to the
+//! text, and the prompted text is what the cache, the in-flight table and the model see: the same
+//! text as query and as document are two entries when the prompts differ, one when they agree.
 
 pub mod cache;
+pub mod layout;
 pub mod locate;
 pub mod onnx;
 pub mod tokenize;
 pub mod windows;
 pub mod worker;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -28,8 +36,25 @@ pub type Vector = Arc<[f32]>;
 pub trait Model: Send {
     /// Output dimension.
     fn dim(&self) -> usize;
-    /// Unit-length vectors for `texts`, in order.
+    /// Vectors for `texts` (prompts already prepended), in order; unit length unless the model
+    /// says otherwise (`layout`).
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// What a text is embedded as: the model's query prompt or its document prompt goes before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// What is stored: memories, turns, their windows, the model probe.
+    Document,
+    /// What is searched with: a recall's question.
+    Query,
+}
+
+/// The prompts of each role (empty: none).
+#[derive(Debug, Clone, Default)]
+pub struct Prompts {
+    pub query: String,
+    pub document: String,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,6 +85,7 @@ pub struct Embedder {
     pool: Arc<worker::Pool>,
     inflight: Arc<worker::InFlight>,
     info: Arc<ModelInfo>,
+    prompts: Arc<Prompts>,
     timeout: std::time::Duration,
 }
 
@@ -90,9 +116,29 @@ impl Embedder {
             spinning: cfg.embed_spinning,
             batch_tokens: cfg.embed_batch_tokens,
         };
+        let layout = layout::Layout::load(&dir, &layout::Overrides::from_config(cfg)?)?;
+        tracing::info!(model = %dir.display(), "model layout: {}", layout.describe());
+        let prompted = !layout.query_prompt.is_empty() || !layout.document_prompt.is_empty();
+        if prompted && !layout.include_prompt {
+            tracing::warn!(
+                "the model's Pooling leaves prompt tokens out (include_prompt false); memproxy pools them with the text"
+            );
+        }
+        if let Some(s) = layout.similarity.as_deref().filter(|s| *s != "cosine") {
+            tracing::warn!(
+                similarity = s,
+                "the model is meant to be compared by {s}; memproxy's index measures cosine distance"
+            );
+        }
+        let prompts = Prompts {
+            query: layout.query_prompt.clone(),
+            document: layout.document_prompt.clone(),
+        };
         let load_dir = dir.clone();
         let factory: worker::Factory = Arc::new(move || {
-            Ok(Box::new(onnx::OnnxModel::load(&load_dir, &opts)?) as Box<dyn Model>)
+            Ok(Box::new(onnx::OnnxModel::load_with_layout(
+                &load_dir, &opts, &layout,
+            )?) as Box<dyn Model>)
         });
         let mut models: Vec<Box<dyn Model>> = Vec::new();
         for _ in 0..cfg.embed_workers {
@@ -107,7 +153,7 @@ impl Embedder {
             path: dir.display().to_string(),
             dim: models[0].dim(),
         };
-        Ok(Embedder::with_models(models, info, Some(factory), cfg))
+        Ok(Embedder::with_models(models, info, Some(factory), cfg).with_prompts(prompts))
     }
 
     /// Serve with the given models (one worker thread each); `factory` loads a replacement for a
@@ -141,8 +187,39 @@ impl Embedder {
             pool,
             inflight,
             info: Arc::new(info),
+            prompts: Arc::new(Prompts::default()),
             timeout: std::time::Duration::from_millis(cfg.embed_timeout_ms),
         }
+    }
+
+    /// Use these prompts (models given to [`Embedder::with_models`] have none).
+    pub fn with_prompts(mut self, prompts: Prompts) -> Embedder {
+        self.prompts = Arc::new(prompts);
+        self
+    }
+
+    /// The prompts prepended to each role's texts.
+    pub fn prompts(&self) -> &Prompts {
+        &self.prompts
+    }
+
+    /// What the model reads for `text` in `role`: the role's prompt, then the text. The cache
+    /// (`cache()`) is keyed by it.
+    pub fn model_input<'t>(&self, text: &'t str, role: Role) -> Cow<'t, str> {
+        let prompt = match role {
+            Role::Query => &self.prompts.query,
+            Role::Document => &self.prompts.document,
+        };
+        if prompt.is_empty() {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(format!("{prompt}{text}"))
+        }
+    }
+
+    /// Whether `text`'s embedding in `role` is cached (without counting a hit or a miss).
+    pub fn is_cached(&self, text: &str, role: Role) -> bool {
+        self.cache.contains(&self.model_input(text, role))
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -180,18 +257,31 @@ impl Embedder {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The embedding of `text`: from the cache, from a run already under way for the same text,
-    /// or from a worker.
+    /// The embedding of `text` as a document (what is stored): from the cache, from a run
+    /// already under way for the same text, or from a worker.
     pub async fn embed(&self, text: &str) -> Result<Vector, EmbedError> {
-        self.embed_on(text, false).await
+        self.embed_as(text, Role::Document).await
     }
 
-    /// The embedding of one window of a long text (`windows`): queued behind every caller's
-    /// text, taken a few at a time, not cached.
+    /// The embedding of `text` as a query (a recall's question): the model's query prompt
+    /// before it.
+    pub async fn embed_query(&self, text: &str) -> Result<Vector, EmbedError> {
+        self.embed_as(text, Role::Query).await
+    }
+
+    /// The embedding of `text` in `role`.
+    pub async fn embed_as(&self, text: &str, role: Role) -> Result<Vector, EmbedError> {
+        self.embed_on(&self.model_input(text, role), false).await
+    }
+
+    /// The embedding of one window of a long text (`windows`), as a document: queued behind
+    /// every caller's text, taken a few at a time, not cached.
     pub async fn embed_window(&self, text: &str) -> Result<Vector, EmbedError> {
-        self.embed_on(text, true).await
+        self.embed_on(&self.model_input(text, Role::Document), true)
+            .await
     }
 
+    /// `text` is the model input (prompt included).
     async fn embed_on(&self, text: &str, background: bool) -> Result<Vector, EmbedError> {
         if let Some(v) = self.cache.get(text) {
             return Ok(v);
@@ -239,15 +329,22 @@ impl Embedder {
         }
     }
 
-    /// Start embedding `text` in the background so that a later [`Embedder::embed`] finds it
-    /// ready (MEM.* queued behind other requests of a pipeline still batch together).
+    /// Start embedding `text` as a document in the background so that a later
+    /// [`Embedder::embed`] finds it ready (MEM.* queued behind other requests of a pipeline still
+    /// batch together).
     pub fn prefetch(&self, text: String) {
-        if self.cache.contains(&text) {
+        self.prefetch_as(text, Role::Document)
+    }
+
+    /// [`Embedder::prefetch`] in `role`.
+    pub fn prefetch_as(&self, text: String, role: Role) {
+        let input = self.model_input(&text, role).into_owned();
+        if self.cache.contains(&input) {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let _ = this.embed(&text).await;
+            let _ = this.embed_on(&input, false).await;
         });
     }
 }
@@ -269,4 +366,81 @@ pub fn cosine_distance(a: &[f32], b: &[f32]) -> f64 {
         nb += (*y as f64) * (*y as f64);
     }
     1.0 - dot / (na.sqrt() * nb.sqrt()).max(1e-12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what it is given; a text's vector is (its length, 1).
+    struct Echo(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Model for Echo {
+        fn dim(&self) -> usize {
+            2
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(texts.iter().map(|t| t.to_string()));
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+        }
+    }
+
+    fn echo(prompts: Prompts) -> (Embedder, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let info = ModelInfo {
+            name: "echo".into(),
+            path: String::new(),
+            dim: 2,
+        };
+        let e = Embedder::with_models(
+            vec![Box::new(Echo(seen.clone()))],
+            info,
+            None,
+            &Config::default(),
+        )
+        .with_prompts(prompts);
+        (e, seen)
+    }
+
+    #[tokio::test]
+    async fn embed_roles_prepend_their_prompt_and_are_cached_apart() {
+        let (e, seen) = echo(Prompts {
+            query: "query: ".into(),
+            document: "passage: ".into(),
+        });
+        let d = e.embed("tea").await.unwrap();
+        let q = e.embed_query("tea").await.unwrap();
+        assert_eq!((d[0], q[0]), (12.0, 10.0));
+        assert!(e.is_cached("tea", Role::Query) && e.is_cached("tea", Role::Document));
+        assert!(!e.is_cached("coffee", Role::Query));
+        // Both come from the cache now; a window is a document too.
+        assert_eq!(e.embed_query("tea").await.unwrap()[0], 10.0);
+        assert_eq!(e.embed_as("tea", Role::Document).await.unwrap()[0], 12.0);
+        e.embed_window("a window").await.unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["passage: tea", "query: tea", "passage: a window"]
+        );
+        assert_eq!(e.model_input("x", Role::Query), "query: x");
+    }
+
+    #[tokio::test]
+    async fn without_prompts_both_roles_share_one_run() {
+        let (e, seen) = echo(Prompts::default());
+        let d = e.embed("tea").await.unwrap();
+        let q = e.embed_query("tea").await.unwrap();
+        assert_eq!(d, q);
+        assert_eq!(*seen.lock().unwrap(), ["tea"]);
+        // Only a query prompt (bge-style): documents go bare.
+        let (e, seen) = echo(Prompts {
+            query: "Represent this sentence for searching relevant passages: ".into(),
+            document: String::new(),
+        });
+        e.embed("tea").await.unwrap();
+        e.embed_query("tea").await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], "tea");
+        assert!(seen[1].starts_with("Represent") && seen[1].ends_with(": tea"));
+    }
 }

@@ -1,10 +1,13 @@
 //! The ONNX Runtime backend.
 //!
 //! ONNX Runtime is loaded at run time (`load-dynamic`) from the configured library. The graph's
-//! inputs are fed by name (`input_ids`, `attention_mask`, and `token_type_ids` when declared). The
-//! output decides the pooling: rank 2 is taken as sentence embeddings; rank 3 (token embeddings) is
-//! mean-pooled over the attention mask. Either way the result is L2-normalised and its dimension is
-//! read from the model.
+//! inputs are fed by name (`input_ids`, `attention_mask`, and `token_type_ids` when declared). Its
+//! output is `sentence_embedding` when it has one, else `token_embeddings` or
+//! `last_hidden_state`, else the first. A rank-2 output is taken as sentence embeddings (the graph
+//! pools); a rank-3 output (token embeddings) is pooled as the model directory says
+//! ([`Layout`]: mean, CLS, max, last token, …). Either way the result is L2-normalised when the
+//! layout says so, texts are truncated at its `max_seq_length`, and the dimension is read from
+//! the model. Prompts are not applied here: the caller prepends them (`Embedder`).
 //!
 //! A call's texts are tokenised, sorted by length and cut into runs ([`plan_runs`]: least padding
 //! plus per-run overhead, at most `batch_tokens` padded tokens a run), so a long text does not make
@@ -21,6 +24,7 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
 
+use super::layout::{Layout, Overrides};
 use super::tokenize::{plan_runs, Batch, TextTokenizer, Tokens};
 use super::{normalize, EmbedError, Model};
 
@@ -37,6 +41,11 @@ pub struct OnnxModel {
     session: Session,
     tokenizer: TextTokenizer,
     inputs: Vec<String>,
+    /// The graph output read.
+    output: String,
+    layout: Layout,
+    /// Rank of the output in the last run (2: the graph pools, 3: token embeddings).
+    rank: usize,
     dim: usize,
     batch_tokens: usize,
     optimization: u8,
@@ -64,21 +73,36 @@ fn environment(library: &Path) -> Result<&'static Environment, EmbedError> {
 }
 
 impl OnnxModel {
+    /// Load the model of `dir`, read as its own files say ([`Layout`], no overrides).
     pub fn load(dir: &Path, opts: &Options) -> Result<OnnxModel, EmbedError> {
-        match Self::load_at(dir, opts, opts.optimization) {
+        Self::load_with_layout(dir, opts, &Layout::load(dir, &Overrides::default())?)
+    }
+
+    /// Load the model of `dir`, pooled, normalised and truncated as `layout` says.
+    pub fn load_with_layout(
+        dir: &Path,
+        opts: &Options,
+        layout: &Layout,
+    ) -> Result<OnnxModel, EmbedError> {
+        match Self::load_at(dir, opts, opts.optimization, layout) {
             Err(EmbedError::Run(e)) if opts.optimization > 1 => {
                 tracing::warn!(
                     level = opts.optimization,
                     error = %e,
                     "the graph does not run at this optimisation level; loading it at level 1"
                 );
-                Self::load_at(dir, opts, 1)
+                Self::load_at(dir, opts, 1, layout)
             }
             other => other,
         }
     }
 
-    fn load_at(dir: &Path, opts: &Options, optimization: u8) -> Result<OnnxModel, EmbedError> {
+    fn load_at(
+        dir: &Path,
+        opts: &Options,
+        optimization: u8,
+        layout: &Layout,
+    ) -> Result<OnnxModel, EmbedError> {
         let env = environment(&opts.library)?;
         let file = dir.join("model.onnx");
         if !file.exists() {
@@ -113,11 +137,25 @@ impl OnnxModel {
                 )));
             }
         }
-        let tokenizer = TextTokenizer::load(dir)?;
+        let outputs: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+        let output = [
+            "sentence_embedding",
+            "token_embeddings",
+            "last_hidden_state",
+        ]
+        .into_iter()
+        .find(|n| outputs.contains(n))
+        .or(outputs.first().copied())
+        .ok_or_else(|| load("the graph has no output".into()))?
+        .to_string();
+        let tokenizer = TextTokenizer::with_max_length(dir, layout.max_seq_length)?;
         let mut model = OnnxModel {
             session,
             tokenizer,
             inputs,
+            output,
+            layout: layout.clone(),
+            rank: 0,
             dim: 0,
             batch_tokens: opts.batch_tokens.max(1),
             optimization,
@@ -125,7 +163,24 @@ impl OnnxModel {
         // The dimension is whatever the model produces; a batch of two texts of different
         // lengths also proves padding runs at this level.
         model.dim = model.run(&["dimension probe", "a longer dimension probe sentence"])?[0].len();
+        if model.rank == 3 && !layout.unapplied.is_empty() {
+            tracing::warn!(
+                modules = ?layout.unapplied,
+                "modules.json lists modules after pooling that memproxy does not apply to token embeddings: vectors differ from the model's own (export a graph that outputs sentence_embedding)"
+            );
+        }
+        if model.rank == 2 && layout.pooling_set {
+            tracing::warn!(
+                output = %model.output,
+                "the pooling setting does not apply: the graph outputs sentence embeddings (it pools them itself)"
+            );
+        }
         Ok(model)
+    }
+
+    /// What the model reads and how its output becomes a vector.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// The graph optimisation level the session was built at (lower than configured when the
@@ -171,41 +226,29 @@ impl OnnxModel {
             ));
         }
         let outputs = self.session.run(feed).map_err(err)?;
-        let (oshape, data) = outputs[0].try_extract_tensor::<f32>().map_err(err)?;
+        let (oshape, data) = outputs[self.output.as_str()]
+            .try_extract_tensor::<f32>()
+            .map_err(err)?;
         let dims: Vec<usize> = oshape.iter().map(|&d| d as usize).collect();
-        let mut out = Vec::with_capacity(b.rows);
+        self.rank = dims.len();
         match dims.as_slice() {
-            [rows, dim] if *rows == b.rows => {
-                for r in 0..b.rows {
+            [rows, dim] if *rows == b.rows => Ok((0..b.rows)
+                .map(|r| {
                     let mut v = data[r * dim..(r + 1) * dim].to_vec();
-                    normalize(&mut v);
-                    out.push(v);
-                }
-            }
-            [rows, seq, dim] if *rows == b.rows && *seq == b.cols => {
-                for r in 0..b.rows {
-                    let mut v = vec![0f32; *dim];
-                    let mut count = 0f32;
-                    for t in 0..*seq {
-                        if b.mask[r * seq + t] == 0 {
-                            continue;
-                        }
-                        count += 1.0;
-                        let tok = &data[(r * seq + t) * dim..(r * seq + t + 1) * dim];
-                        v.iter_mut().zip(tok).for_each(|(a, x)| *a += x);
+                    if self.layout.normalize {
+                        normalize(&mut v);
                     }
-                    v.iter_mut().for_each(|a| *a /= count.max(1e-9));
-                    normalize(&mut v);
-                    out.push(v);
-                }
+                    v
+                })
+                .collect()),
+            [rows, seq, dim] if *rows == b.rows && *seq == b.cols => {
+                Ok(self.layout.pool(data, &b.mask, b.rows, *seq, *dim))
             }
-            other => {
-                return Err(EmbedError::Run(format!(
-                    "unexpected output shape {other:?}"
-                )))
-            }
+            other => Err(EmbedError::Run(format!(
+                "unexpected shape {other:?} of output {:?}",
+                self.output
+            ))),
         }
-        Ok(out)
     }
 }
 

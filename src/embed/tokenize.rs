@@ -1,8 +1,9 @@
 //! The tokenizer, set up as sentence-transformers uses it, and the padded batches fed to a model.
 //!
 //! The packaged tokenizer.json pads every input to 128 tokens and truncates at 128. Sentence
-//! transformers truncate at the model's `max_seq_length` (256 for all-MiniLM-L6-v2) and pad to the
-//! longest text of a batch: a 15-token sentence then costs 15 tokens, not 128. Both are overridden:
+//! transformers truncate at the model's `max_seq_length` (256 for all-MiniLM-L6-v2; see
+//! `layout`) and pad to the longest text of a batch: a 15-token sentence then costs 15 tokens,
+//! not 128. Both are overridden:
 //! texts are tokenised one by one (on the calling thread — the tokenizer's own thread pool would
 //! only compete with ONNX Runtime's for the same cores) and padded here, per batch.
 
@@ -106,16 +107,17 @@ pub struct TextTokenizer {
 
 impl TextTokenizer {
     /// Load `dir/tokenizer.json`; the truncation length is `max_seq_length` of
-    /// `sentence_bert_config.json` when present, else 256.
+    /// `sentence_bert_config.json` when present, else 256 ([`super::layout::max_seq_length`]).
     pub fn load(dir: &Path) -> Result<TextTokenizer, EmbedError> {
+        Self::with_max_length(dir, super::layout::max_seq_length(dir)?)
+    }
+
+    /// Load `dir/tokenizer.json`, truncating texts at `max_length` tokens (special tokens
+    /// included).
+    pub fn with_max_length(dir: &Path, max_length: usize) -> Result<TextTokenizer, EmbedError> {
         let path = dir.join("tokenizer.json");
         let mut inner = Tokenizer::from_file(&path)
             .map_err(|e| EmbedError::Load(format!("{}: {e}", path.display())))?;
-        let max_length = std::fs::read_to_string(dir.join("sentence_bert_config.json"))
-            .ok()
-            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .and_then(|v| v["max_seq_length"].as_u64())
-            .unwrap_or(256) as usize;
         inner
             .with_truncation(Some(TruncationParams {
                 max_length,

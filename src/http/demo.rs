@@ -516,7 +516,8 @@ async fn projection(engine: &Engine, memories: &Value, last: Option<&(String, f6
     let pc2 = component(&centred, Some(&pc1));
     let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
     let query = match last {
-        Some((text, _)) => engine.embedder.embed(text).await.ok(),
+        // Embedded as the recall's question was.
+        Some((text, _)) => engine.embedder.embed_query(text).await.ok(),
         None => None,
     };
     let points: Vec<Value> = centred

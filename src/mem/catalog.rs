@@ -331,11 +331,17 @@ pub const VERBS: &[Verb] = &[
     },
     Verb {
         name: "mem.embed",
-        arity: 2,
+        arity: -2,
         flags: &["readonly"],
-        summary: "Returns the embedding of a text (the model's dimension, unit length).",
+        summary: "Returns the embedding of a text as stored (the model's dimension), or with QUERY as a recall's question is embedded (the model's query prompt before it).",
         complexity: "One model run.",
-        args: &[arg("text", "string")],
+        args: &[
+            arg("text", "string"),
+            Arg {
+                optional: true,
+                ..token("QUERY")
+            },
+        ],
     },
     Verb {
         name: "mem.ping",

@@ -1,6 +1,9 @@
-//! MEM.EMBED: the embedding of a text.
+//! MEM.EMBED: the embedding of a text, as a document (what MEM.REMEMBER stores) or, with QUERY,
+//! as a query (what a recall's question is embedded as: the model's query prompt before it).
+//! Also the embedding helpers the other verbs share ([`embed`], [`embed_as`], [`windows`]).
 
 use super::args::Args;
+use crate::embed::Role;
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
 use crate::resp::Reply;
@@ -8,21 +11,37 @@ use crate::store::keyspace::Spec;
 use crate::upstream::Link;
 
 /// # Format
-/// `MEM.EMBED text` → array of doubles (the model's dimension, unit length).
+/// `MEM.EMBED text [QUERY]` → array of doubles (the model's dimension; unit length unless the
+/// model does not normalise). QUERY: embedded as a recall's question is.
 #[derive(Clone)]
 pub struct Embed {
     pub text: String,
+    pub role: Role,
 }
 
 impl Embed {
     pub fn parse(a: &mut Args) -> MemResult<Embed> {
         let text = a.text("text")?;
+        let role = match a.peek_keyword().as_deref() {
+            Some("QUERY") => {
+                a.rest_skip(1);
+                Role::Query
+            }
+            _ => Role::Document,
+        };
         a.at_end()?;
-        Ok(Embed { text })
+        Ok(Embed { text, role })
     }
 
     pub async fn apply(self, engine: &Engine, link: &mut Link, trusted: bool) -> MemResult<Reply> {
-        let v = embed(engine, link, &self.text, Precheck::unless(trusted, &[])).await?;
+        let v = embed_as(
+            engine,
+            link,
+            &self.text,
+            self.role,
+            Precheck::unless(trusted, &[]),
+        )
+        .await?;
         Ok(Reply::Array(
             v.iter().map(|x| Reply::Double(*x as f64)).collect(),
         ))
@@ -51,22 +70,35 @@ impl<'a> Precheck<'a> {
     }
 }
 
-/// Embed through the engine's embedder, mapping its errors for replies; when the model has to
-/// run, `precheck` says what Redis is asked first on the client's own connection.
+/// Embed as a document (what is stored) through the engine's embedder: [`embed_as`] with
+/// [`Role::Document`].
 pub async fn embed(
     engine: &Engine,
     link: &mut Link,
     text: &str,
     precheck: Precheck<'_>,
 ) -> MemResult<crate::embed::Vector> {
+    embed_as(engine, link, text, Role::Document, precheck).await
+}
+
+/// Embed in `role` (a recall's question: [`Role::Query`]) through the engine's embedder,
+/// mapping its errors for replies; when the model has to run, `precheck` says what Redis is
+/// asked first on the client's own connection.
+pub async fn embed_as(
+    engine: &Engine,
+    link: &mut Link,
+    text: &str,
+    role: Role,
+    precheck: Precheck<'_>,
+) -> MemResult<crate::embed::Vector> {
     if let Precheck::Rights(rights) = precheck {
-        if !engine.embedder.cache().contains(text) {
+        if !engine.embedder.is_cached(text, role) {
             engine.store.precheck(link, rights).await?;
         }
     }
     engine
         .embedder
-        .embed(text)
+        .embed_as(text, role)
         .await
         .map_err(|e| MemError::Embedder(e.to_string()))
 }

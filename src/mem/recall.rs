@@ -1,9 +1,10 @@
 //! MEM.RECALL: memories of a scope, by meaning, by keyword, or both fused.
 
 use super::args::{Args, Opt};
-use super::embed::{embed, Precheck};
+use super::embed::{embed_as, Precheck};
 use super::hit;
 use crate::config::Config;
+use crate::embed::Role;
 use crate::engine::Engine;
 use crate::error::{Fault, MemResult};
 use crate::resp::Reply;
@@ -126,10 +127,11 @@ impl RecallCmd {
             Retrieval::Keyword => None,
             _ => {
                 let rights = engine.store.site(link).keys.rights_read();
-                match embed(
+                match embed_as(
                     engine,
                     link,
                     &self.query,
+                    Role::Query,
                     Precheck::unless(trusted, &rights),
                 )
                 .await

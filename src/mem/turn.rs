@@ -2,11 +2,12 @@
 
 use super::args::{Args, Opt};
 use super::durability::{self, DURABILITY_OPTS};
-use super::embed::{embed, windows, Precheck};
+use super::embed::{embed, embed_as, windows, Precheck};
 use super::hit;
 use super::recall::{RecallOpts, RECALL_OPTS};
 use super::remember::kind_ttl;
 use crate::config::Config;
+use crate::embed::Role;
 use crate::engine::Engine;
 use crate::error::MemResult;
 use crate::resp::Reply;
@@ -80,7 +81,24 @@ impl TurnCmd {
             &self.thread,
             &keys.memory(&keys.new_memory_id(user)),
         );
-        let vector = embed(engine, link, &self.content, Precheck::Rights(&rights)).await?;
+        // The recall's question is embedded as a query, what is remembered as a document: one
+        // model run when the model's prompts for the two agree (all-MiniLM-L6-v2 has none).
+        let vector = embed_as(
+            engine,
+            link,
+            &self.content,
+            Role::Query,
+            Precheck::Rights(&rights),
+        )
+        .await?;
+        let prompts_differ = engine.embedder.model_input(&self.content, Role::Query)
+            != engine.embedder.model_input(&self.content, Role::Document);
+        let document = match (&self.remember, prompts_differ) {
+            (Some(_), true) => {
+                embed(engine, link, &self.content, Precheck::Rights(&rights)).await?
+            }
+            _ => vector.clone(),
+        };
         let windows = match self.remember {
             Some(_) => windows(engine, &self.content).await?,
             None => Vec::new(),
@@ -96,6 +114,7 @@ impl TurnCmd {
             role: &self.role,
             agent: &self.agent,
             recall: self.opts.recall(&self.scope, &self.content, &vector),
+            document: &document,
             remember: self.remember.map(|kind| NewMemory {
                 text: &self.content,
                 scope: &write_scope,

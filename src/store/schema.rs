@@ -196,7 +196,10 @@ fn attribute(a: &[Value]) -> (Vec<(String, String)>, Vec<String>) {
     (pairs, flags)
 }
 
-fn attributes(info: &Value) -> Vec<(Vec<(String, String)>, Vec<String>)> {
+/// An index attribute as FT.INFO lists it: its (name, value) pairs and its flags.
+type Attribute = (Vec<(String, String)>, Vec<String>);
+
+fn attributes(info: &Value) -> Vec<Attribute> {
     field(array(info), "attributes")
         .map(array)
         .unwrap_or_default()

@@ -42,9 +42,13 @@ pub struct TurnInput<'a> {
     pub thread: &'a str,
     pub role: &'a str,
     pub agent: &'a str,
+    /// The recall, with the content embedded as a query.
     pub recall: Recall<'a>,
     /// `None`: REMEMBER SKIP.
     pub remember: Option<NewMemory<'a>>,
+    /// The content embedded as a document: what is stored and deduped (the recall's vector when
+    /// the model's query and document prompts agree).
+    pub document: &'a [f32],
     /// The ACL user an existing session must belong to ('' when scopes are not bound).
     pub owner: &'a str,
 }
@@ -317,7 +321,7 @@ impl Store {
         let (kind, doc, mem_ttl, threshold) = match &t.remember {
             Some(m) => (
                 m.kind.as_str(),
-                self.memory_doc(&id, m, t.recall.vector),
+                self.memory_doc(&id, m, t.document),
                 m.ttl.unwrap_or(0),
                 m.dedup.unwrap_or(-1.0),
             ),
@@ -340,7 +344,7 @@ impl Store {
         }
         if let Some(m) = &t.remember {
             if m.dedup.is_some() {
-                push_spec(&mut args, &self.dedup_spec(&site.keys, m, t.recall.vector));
+                push_spec(&mut args, &self.dedup_spec(&site.keys, m, t.document));
             }
         }
         let rights = site.keys.rights_turn(user, t.thread, &mem_key);
