@@ -72,6 +72,9 @@ struct Question {
     /// come back.
     right: Vec<String>,
     text: String,
+    /// Days before the run's "now" the question is asked (LongMemEval, pooled: a pool's memories
+    /// are dated from its latest question; earlier questions ask earlier). Sent as `AT`.
+    before: f64,
 }
 
 /// One evaluation set: its questions, and the label of each memory id it wrote (a LongMemEval
@@ -206,6 +209,7 @@ fn unrelated(set: &str, tuning: &[&str], user: &dyn Fn(&str) -> String) -> Vec<Q
             user: user(&r[2]),
             right: Vec::new(),
             text: r[4].clone(),
+            before: 0.0,
         })
         .collect()
 }
@@ -238,6 +242,7 @@ fn fact_rows(
                     Vec::new()
                 },
                 text: cols[3].clone(),
+                before: 0.0,
             }),
             _ => {}
         }
@@ -410,6 +415,7 @@ fn lme_question(q: &serde_json::Value, user: String, part: Part) -> Question {
                 .collect()
         },
         text: q["question"].as_str().unwrap().to_string(),
+        before: 0.0,
     }
 }
 
@@ -611,7 +617,10 @@ fn build_sets(con: &mut redis::Connection) -> Vec<Set> {
                 let mut sessions_seen = HashSet::new();
                 for q in mine {
                     lme_turns(q, &user, asked, &mut sessions_seen, &mut m);
-                    questions.push(lme_question(q, user.clone(), alternate(p)));
+                    let mut question = lme_question(q, user.clone(), alternate(p));
+                    question.before =
+                        (asked - lme_day(q["question_date"].as_str().unwrap_or(""))).max(0.0);
+                    questions.push(question);
                 }
             }
             let t = Instant::now();
@@ -638,6 +647,9 @@ fn build_sets(con: &mut redis::Connection) -> Vec<Set> {
 fn recall(con: &mut redis::Connection, q: &Question, opts: &[&str]) -> (Vec<Got>, Duration) {
     let mut c = redis::cmd("MEM.RECALL");
     c.arg(&q.text).arg("USER").arg(&q.user);
+    if q.before > 0.0 {
+        c.arg("AT").arg(now() - q.before * 86400.0);
+    }
     if !opts.contains(&"K") {
         c.arg("K").arg(3);
     }
@@ -916,11 +928,11 @@ fn apply(rule: &Rule, q: &Question, raw: &Raw, at: f64) -> Vec<usize> {
     let features = match raw.features.get(&rule.candidates) {
         Some(f) => f,
         None => {
-            computed = Features::of(&q.text, at, &cands);
+            computed = Features::of(&q.text, at - q.before * 86400.0, &cands);
             &computed
         }
     };
-    rank::rank_with(features, at, &cands, 5, &rule.params)
+    rank::rank_with(features, at - q.before * 86400.0, &cands, 5, &rule.params)
         .into_iter()
         .map(|(i, _)| i)
         .collect()
@@ -1076,7 +1088,10 @@ fn main() {
                         .iter()
                         .map(|&c| {
                             let n = cands.len().min(c.max(5));
-                            (c, Features::of(&q.text, at, &view(&cands[..n])))
+                            (
+                                c,
+                                Features::of(&q.text, at - q.before * 86400.0, &view(&cands[..n])),
+                            )
                         })
                         .collect();
                     Raw {
