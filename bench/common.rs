@@ -268,10 +268,8 @@ pub fn raw_session(
     }
 }
 
-/// ONNX Runtime, loaded from the deps dir.
-pub fn ort_env() -> ort::environment::Environment {
-    ort::init_from(deps().join("lib/libonnxruntime.so"))
-        .unwrap()
-        .build()
-        .unwrap()
+/// ONNX Runtime, loaded from the deps dir: memproxy's own environment (ONNX Runtime allows one
+/// per process, and a bench may load memproxy's model beside its raw sessions).
+pub fn ort_env() -> &'static ort::environment::Environment {
+    memproxy::embed::onnx::environment(&deps().join("lib/libonnxruntime.so")).unwrap()
 }

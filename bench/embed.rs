@@ -9,6 +9,11 @@
 //! First a sweep picks the best raw configuration; then that configuration and memproxy's cells
 //! run in interleaved rounds (these machines are noisy: only the medians of one run compare).
 //!
+//! Section 2 also runs memproxy with the same model behind an OpenAI-compatible embeddings
+//! endpoint (`--embedder`): a server in this process (tests/common/openai.rs) runs the model as
+//! memproxy runs it and answers `POST /v1/embeddings`, so the rows beside the in-process ones show
+//! what the endpoint's round trip (HTTP, JSON both ways, loopback) costs.
+//!
 //! Last, the same comparison with redis-benchmark as the client (section 3), on texts both sides
 //! draw alike.
 //!
@@ -19,6 +24,8 @@
 
 #[path = "common.rs"]
 mod common;
+#[path = "../tests/common/openai.rs"]
+mod openai;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -50,7 +57,7 @@ fn main() {
         .unwrap_or(cores);
     let env = ort_env();
     let texts: Vec<String> = (0..8192).map(text).collect();
-    let session = |level: u8, spinning: bool| raw_session(&env, level, spinning, threads);
+    let session = |level: u8, spinning: bool| raw_session(env, level, spinning, threads);
     let raw_cell = |raw: &mut Raw, batch: usize, sorted: Option<usize>, dur: Duration| {
         timed(dur, batch, |n| {
             let chunk: Vec<String> = (0..batch)
@@ -102,6 +109,22 @@ fn main() {
     let (_redis, rport) = start_redis(&[]);
     let model = model_dir().display().to_string();
     let (_proxy, mport) = start_memproxy(rport, &["--config", &write_config(), "--model", &model]);
+    // The same model behind an endpoint in this process, run as memproxy runs it (its default
+    // session options), and a memproxy that embeds through it.
+    let server = openai::Server::start(served_model(threads));
+    let (_endpoint_proxy, eport) = start_memproxy(
+        rport,
+        &[
+            "--config",
+            &write_config(),
+            "--embedder",
+            &server.base(),
+            "--embedder-model",
+            &model_dir().file_name().unwrap().to_string_lossy(),
+            "--embedder-api-key-env",
+            "MEMPROXY_BENCH_NO_KEY",
+        ],
+    );
     // (connections, commands each pipelines)
     let proxy_cells = [(1usize, 1usize), (8, 1), (4, 16), (32, 1)];
     let mut raw = session(level, spinning);
@@ -110,31 +133,41 @@ fn main() {
     let mut raw_p50 = Vec::new();
     let mut proxy_rates = vec![Vec::new(); proxy_cells.len()];
     let mut proxy_p50 = vec![Vec::new(); proxy_cells.len()];
+    let mut endpoint_rates = vec![Vec::new(); proxy_cells.len()];
+    let mut endpoint_p50 = vec![Vec::new(); proxy_cells.len()];
     let next = AtomicUsize::new(0);
+    // (MEM.EMBED/s, p50 ms) of `clients` connections pipelining `depth` each, to `port`.
+    let cell = |port: u16, clients: usize, depth: usize| {
+        let (rate, lat) = load(
+            clients,
+            dur,
+            |_| connect(port),
+            |con, _| {
+                // Each text once (the cache must not help), drawn like the raw cells' texts.
+                let mut pipe = redis::pipe();
+                for _ in 0..depth {
+                    pipe.cmd("MEM.EMBED")
+                        .arg(text(next.fetch_add(1, Ordering::Relaxed)));
+                }
+                let v: Vec<Vec<f64>> = pipe.query(con).unwrap();
+                assert_eq!(v.len(), depth);
+                assert_eq!(v[0].len(), 384);
+            },
+        );
+        (rate * depth as f64, pct(&lat, 0.5))
+    };
     for _ in 0..rounds {
         let (rate, _) = raw_cell(&mut raw, batch, sorted, dur);
         raw_rates.push(rate);
         let (_, lat) = raw_cell(&mut raw1, 1, None, dur / 2);
         raw_p50.push(pct(&lat, 0.5));
         for (c, &(clients, depth)) in proxy_cells.iter().enumerate() {
-            let (rate, lat) = load(
-                clients,
-                dur,
-                |_| connect(mport),
-                |con, _| {
-                    // Each text once (the cache must not help), drawn like the raw cells' texts.
-                    let mut pipe = redis::pipe();
-                    for _ in 0..depth {
-                        pipe.cmd("MEM.EMBED")
-                            .arg(text(next.fetch_add(1, Ordering::Relaxed)));
-                    }
-                    let v: Vec<Vec<f64>> = pipe.query(con).unwrap();
-                    assert_eq!(v.len(), depth);
-                    assert_eq!(v[0].len(), 384);
-                },
-            );
-            proxy_rates[c].push(rate * depth as f64);
-            proxy_p50[c].push(pct(&lat, 0.5));
+            let (rate, p50) = cell(mport, clients, depth);
+            proxy_rates[c].push(rate);
+            proxy_p50[c].push(p50);
+            let (rate, p50) = cell(eport, clients, depth);
+            endpoint_rates[c].push(rate);
+            endpoint_p50[c].push(p50);
         }
     }
     println!(
@@ -171,6 +204,23 @@ fn main() {
             p50
         );
     }
+    let mut endpoint_best = 0f64;
+    let mut endpoint_one = 0f64;
+    for (c, &(clients, depth)) in proxy_cells.iter().enumerate() {
+        let rate = median(&mut endpoint_rates[c]);
+        let p50 = median(&mut endpoint_p50[c]);
+        endpoint_best = endpoint_best.max(rate);
+        if clients == 1 && depth == 1 {
+            endpoint_one = p50;
+        }
+        println!(
+            "{:<44} {:>8} {:>14.1} {:>9.3}",
+            format!("memproxy via endpoint, {clients} conn × {depth}"),
+            clients * depth,
+            rate,
+            p50
+        );
+    }
     println!();
     println!(
         "best throughput: memproxy {proxy_best:.1}/s vs best raw {raw_rate:.1}/s = {:.3}x (target >= 0.95x)",
@@ -179,6 +229,11 @@ fn main() {
     println!(
         "one sentence p50: memproxy {proxy_one:.3} ms vs raw {raw_one:.3} ms = +{:.3} ms",
         proxy_one - raw_one
+    );
+    println!(
+        "the same model through the endpoint: best throughput {endpoint_best:.1}/s = {:.3}x the in-process model's; one sentence p50 {endpoint_one:.3} ms = +{:.3} ms",
+        endpoint_best / proxy_best,
+        endpoint_one - proxy_one
     );
     light_client(dur, rounds, mport, &mut raw, sorted, &mut raw1);
 }
@@ -303,6 +358,22 @@ fn light_client(
         "one sentence p50 (redis-benchmark): memproxy {one:.3} ms vs raw {raw_one:.3} ms = +{:.3} ms",
         one - raw_one
     );
+}
+
+/// The bench's model as memproxy loads it by default (level 3, spinning, `threads` intra-op
+/// threads, 2,048 padded tokens a run), for the endpoint server.
+fn served_model(threads: usize) -> openai::Served {
+    let opts = memproxy::embed::onnx::Options {
+        library: deps().join("lib/libonnxruntime.so"),
+        intra_threads: threads,
+        optimization: 3,
+        spinning: true,
+        batch_tokens: 2048,
+    };
+    let model = memproxy::embed::onnx::OnnxModel::load(&model_dir(), &opts).unwrap();
+    std::sync::Arc::new(std::sync::Mutex::new(
+        Box::new(model) as Box<dyn memproxy::embed::Model>
+    ))
 }
 
 fn raw_name(level: u8, spinning: bool, sorted: Option<usize>) -> String {

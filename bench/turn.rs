@@ -62,7 +62,7 @@ fn main() {
     }
     let env = ort_env();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut raw = raw_session(&env, 3, true, cores);
+    let mut raw = raw_session(env, 3, true, cores);
     println!("# MEM.TURN vs the guide's flow in Python (redis-py + onnxruntime, client-side embedding, the same session options: level all, {cores} threads, spinning), {} s per cell, interleaved", dur.as_secs_f64());
     println!(
         "{:<30} {:>7} {:>10} {:>9} {:>9}",

@@ -63,6 +63,50 @@ pub struct Flags {
     #[arg(long, global = true, env = "MEMPROXY_DOCUMENT_PROMPT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub document_prompt: Option<String>,
+    /// What embeds: `local` (the ONNX model of --model) or an OpenAI-compatible endpoint's base
+    /// URL, `http(s)://host[:port]/path` (memproxy POSTs to `<base>/embeddings`; e.g.
+    /// `https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`) [default: local].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder: Option<String>,
+    /// The endpoint's model name, sent as `model` (required with an endpoint).
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_MODEL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_model: Option<String>,
+    /// The NAME of the environment variable holding the endpoint's key, sent as `Authorization:
+    /// Bearer` (unset or empty: no key is sent) [default: OPENAI_API_KEY].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_API_KEY_ENV")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_api_key_env: Option<String>,
+    /// Sent as `dimensions` (models that can shorten their vectors) [default: not sent].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_DIMENSIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_dimensions: Option<usize>,
+    /// Most texts in one request to the endpoint [default: 64].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_BATCH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_batch: Option<usize>,
+    /// Deadline of one request to the endpoint, its retries included [default: 10000].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_timeout_ms: Option<u64>,
+    /// Tries of one request (429, 5xx, connection errors are retried with backoff) [default: 4].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_MAX_TRIES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_max_tries: Option<u32>,
+    /// Consecutive failed tries after which the endpoint is not asked for a cool-down [default: 5].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_BREAKER_FAILURES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_breaker_failures: Option<u32>,
+    /// The cool-down; then one request probes the endpoint [default: 5000].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_BREAKER_COOLDOWN_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_breaker_cooldown_ms: Option<u64>,
+    /// Characters of a text (its prompt included) sent to the endpoint; the rest is cut
+    /// [default: 4096].
+    #[arg(long, global = true, env = "MEMPROXY_EMBEDDER_MAX_CHARS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedder_max_chars: Option<usize>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the deps dir).
     #[arg(long, global = true, env = "MEMPROXY_ORT_LIBRARY")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,6 +270,20 @@ pub struct Config {
     pub max_seq_length: Option<usize>,
     pub query_prompt: Option<String>,
     pub document_prompt: Option<String>,
+    /// `local` / `None`: the ONNX model of `model`; else an OpenAI-compatible endpoint's base
+    /// URL (`embed::remote`).
+    pub embedder: Option<String>,
+    /// The endpoint's settings (`embed::remote`); unused by the local model.
+    pub embedder_model: Option<String>,
+    /// The name of the environment variable holding the endpoint's key (never the key).
+    pub embedder_api_key_env: String,
+    pub embedder_dimensions: Option<usize>,
+    pub embedder_batch: usize,
+    pub embedder_timeout_ms: u64,
+    pub embedder_max_tries: u32,
+    pub embedder_breaker_failures: u32,
+    pub embedder_breaker_cooldown_ms: u64,
+    pub embedder_max_chars: usize,
     pub ort_library: Option<PathBuf>,
     pub deps_dir: Option<PathBuf>,
     pub max_clients: usize,
@@ -385,6 +443,16 @@ impl Default for Config {
             max_seq_length: None,
             query_prompt: None,
             document_prompt: None,
+            embedder: None,
+            embedder_model: None,
+            embedder_api_key_env: "OPENAI_API_KEY".into(),
+            embedder_dimensions: None,
+            embedder_batch: 64,
+            embedder_timeout_ms: 10_000,
+            embedder_max_tries: 4,
+            embedder_breaker_failures: 5,
+            embedder_breaker_cooldown_ms: 5_000,
+            embedder_max_chars: 4096,
             ort_library: None,
             deps_dir: None,
             max_clients: 10_000,
@@ -655,7 +723,69 @@ impl Config {
         if self.max_seq_length == Some(0) {
             return bad("max_seq_length", "must be at least 1".into());
         }
+        if let Err(e) = self.endpoint() {
+            return bad("embedder", e);
+        }
+        if self.endpoint().ok().flatten().is_some()
+            && self
+                .embedder_model
+                .as_deref()
+                .is_none_or(|m| m.trim().is_empty())
+        {
+            return bad(
+                "embedder_model",
+                "an endpoint embedder needs the model name to send (e.g. text-embedding-3-small)"
+                    .into(),
+            );
+        }
+        // Upper case only: a key put here by mistake (keys have lower-case letters) is refused,
+        // and never echoed.
+        let key_env = &self.embedder_api_key_env;
+        if key_env.is_empty()
+            || key_env.starts_with(|c: char| c.is_ascii_digit())
+            || !key_env
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            return bad(
+                "embedder_api_key_env",
+                "must be the NAME of an environment variable (A-Z, 0-9, _), e.g. OPENAI_API_KEY; the key itself goes in that variable".into(),
+            );
+        }
+        for (k, v) in [
+            ("embedder_batch", self.embedder_batch),
+            ("embedder_timeout_ms", self.embedder_timeout_ms as usize),
+            ("embedder_max_tries", self.embedder_max_tries as usize),
+            (
+                "embedder_breaker_failures",
+                self.embedder_breaker_failures as usize,
+            ),
+            ("embedder_max_chars", self.embedder_max_chars),
+            ("embedder_dimensions", self.embedder_dimensions.unwrap_or(1)),
+        ] {
+            if v == 0 {
+                return bad(k, "must be at least 1".into());
+            }
+        }
+        if self.embedder_batch > 2048 {
+            return bad(
+                "embedder_batch",
+                format!(
+                    "{} is more than 2048 (OpenAI's limit of inputs per request)",
+                    self.embedder_batch
+                ),
+            );
+        }
         Ok(())
+    }
+
+    /// The embeddings endpoint, when `embedder` names one (`None`: the local model); an error
+    /// says why the setting is not one.
+    pub fn endpoint(&self) -> Result<Option<url::Url>, String> {
+        match self.embedder.as_deref().map(str::trim) {
+            None | Some("") | Some("local") => Ok(None),
+            Some(s) => crate::embed::remote::parse_base(s).map(Some),
+        }
     }
 
     /// The dependency directory: configured, `$MEMPROXY_DEPS`, or `~/.cache/memproxy`.

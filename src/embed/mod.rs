@@ -5,6 +5,8 @@
 //! - [`layout`]: what the model directory says (pooling, normalisation, maximum length, query
 //!   and document prompts), with the settings that override it.
 //! - [`locate`]: where the model comes from: a directory, or a Hugging Face id.
+//! - [`remote`]: an OpenAI-compatible embeddings endpoint instead of the local model
+//!   (`embedder`), with retries, a deadline and a circuit breaker.
 //! - [`worker`]: threads that own the models and batch what is queued.
 //! - [`cache`]: a bounded LRU of embeddings keyed by the exact model input.
 //!
@@ -20,6 +22,7 @@ pub mod cache;
 pub mod layout;
 pub mod locate;
 pub mod onnx;
+pub mod remote;
 pub mod tokenize;
 pub mod windows;
 pub mod worker;
@@ -69,6 +72,9 @@ pub enum EmbedError {
     Run(String),
     #[error("embedding timed out after {0} ms")]
     Timeout(u64),
+    /// The embeddings endpoint failed: one line naming it and the cause (`remote`).
+    #[error("{0}")]
+    Remote(String),
 }
 
 /// A window of a long text may wait this many times `embed_timeout_ms` (see `worker`).
@@ -87,6 +93,8 @@ pub struct Embedder {
     info: Arc<ModelInfo>,
     prompts: Arc<Prompts>,
     timeout: std::time::Duration,
+    /// The embeddings endpoint, when it is the model (`remote`).
+    endpoint: Option<Arc<remote::Endpoint>>,
 }
 
 /// What is known about the loaded model.
@@ -98,8 +106,12 @@ pub struct ModelInfo {
 }
 
 impl Embedder {
-    /// Load the configured model in `embed_workers` threads and start serving.
+    /// Load the configured model in `embed_workers` threads and start serving (or, when
+    /// `embedder` names an endpoint, ask it for the model probe: see [`Embedder::start_remote`]).
     pub fn start(cfg: &Config) -> Result<Embedder, EmbedError> {
+        if let Some(settings) = remote::Settings::from_config(cfg)? {
+            return Self::start_remote(cfg, settings);
+        }
         let dir = locate::model_dir(&cfg.model_location(), &cfg.deps_dir())?;
         let lib = cfg.ort_library();
         let threads = if cfg.embed_threads == 0 {
@@ -156,6 +168,47 @@ impl Embedder {
         Ok(Embedder::with_models(models, info, Some(factory), cfg).with_prompts(prompts))
     }
 
+    /// Serve with an embeddings endpoint (`remote`) in `embed_workers` threads (each has one
+    /// request in flight). The model probe (`store::PROBE`, as a document) is asked for first: it
+    /// tells the dimension, fails start-up with one line naming the endpoint when the endpoint
+    /// cannot answer, and is cached for the index's model stamp.
+    pub fn start_remote(cfg: &Config, settings: remote::Settings) -> Result<Embedder, EmbedError> {
+        let endpoint = Arc::new(remote::Endpoint::new(settings));
+        tracing::info!(endpoint = %endpoint.name(), "embeddings endpoint: {}", endpoint.describe());
+        if cfg.model.is_some() {
+            tracing::warn!("model is ignored: the embeddings endpoint embeds");
+        }
+        if cfg.pooling.is_some() || cfg.max_seq_length.is_some() {
+            tracing::warn!(
+                "pooling and max_seq_length apply to a local model; the endpoint's model pools and truncates as it does"
+            );
+        }
+        // No model directory to read prompts from: the settings' only.
+        let prompts = Prompts {
+            query: cfg.query_prompt.clone().unwrap_or_default(),
+            document: cfg.document_prompt.clone().unwrap_or_default(),
+        };
+        let probe = format!("{}{}", prompts.document, crate::store::PROBE);
+        let vector = endpoint.embed(&[&probe])?.remove(0);
+        let ep = endpoint.clone();
+        let factory: worker::Factory =
+            Arc::new(move || Ok(Box::new(remote::RemoteModel::new(ep.clone())) as Box<dyn Model>));
+        let mut models: Vec<Box<dyn Model>> = Vec::new();
+        for _ in 0..cfg.embed_workers {
+            models.push(factory()?);
+        }
+        let info = ModelInfo {
+            name: endpoint.model_name(),
+            path: endpoint.name().to_string(),
+            dim: vector.len(),
+        };
+        tracing::info!(endpoint = %endpoint.name(), dim = info.dim, "the embeddings endpoint answers");
+        let mut e = Embedder::with_models(models, info, Some(factory), cfg).with_prompts(prompts);
+        e.cache.put(&probe, vector.into());
+        e.endpoint = Some(endpoint);
+        Ok(e)
+    }
+
     /// Serve with the given models (one worker thread each); `factory` loads a replacement for a
     /// worker whose run outlasts the deadline (without one, the stuck worker is only retired).
     pub fn with_models(
@@ -189,6 +242,7 @@ impl Embedder {
             info: Arc::new(info),
             prompts: Arc::new(Prompts::default()),
             timeout: std::time::Duration::from_millis(cfg.embed_timeout_ms),
+            endpoint: None,
         }
     }
 
@@ -224,6 +278,11 @@ impl Embedder {
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The embeddings endpoint, when it is the model.
+    pub fn endpoint(&self) -> Option<&remote::Endpoint> {
+        self.endpoint.as_deref()
     }
 
     pub fn cache(&self) -> &cache::Cache {
@@ -286,6 +345,10 @@ impl Embedder {
         if let Some(v) = self.cache.get(text) {
             return Ok(v);
         }
+        // An endpoint that keeps failing is not waited for (its breaker is open).
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.fail_fast()?;
+        }
         let queue = if background {
             &self.background
         } else {
@@ -324,7 +387,11 @@ impl Embedder {
                 // longer than the deadline is replaced.
                 self.inflight.remove(text);
                 self.pool.replace_stuck(self.timeout);
-                Err(EmbedError::Timeout(deadline.as_millis() as u64))
+                let ms = deadline.as_millis() as u64;
+                Err(match &self.endpoint {
+                    Some(endpoint) => endpoint.timed_out(ms),
+                    None => EmbedError::Timeout(ms),
+                })
             }
         }
     }

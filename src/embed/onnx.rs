@@ -53,7 +53,9 @@ pub struct OnnxModel {
 
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 
-fn environment(library: &Path) -> Result<&'static Environment, EmbedError> {
+/// ONNX Runtime's environment, loaded from `library` on first use (one per process: ONNX Runtime
+/// allows no second; a program that runs sessions of its own beside memproxy's takes this one).
+pub fn environment(library: &Path) -> Result<&'static Environment, EmbedError> {
     ENVIRONMENT
         .get_or_init(|| {
             if !library.exists() {

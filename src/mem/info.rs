@@ -2,7 +2,7 @@
 //!
 //! # Format
 //! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
-//! recall_threshold, recall_auto_threshold, recall_hit_threshold, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
+//! recall_threshold, recall_auto_threshold, recall_hit_threshold, recall_relative_cutoff, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
 //! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
 //! version, upstream`.
 
@@ -32,6 +32,10 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         (
             "recall_hit_threshold",
             Reply::Double(cfg.recall_hit_threshold),
+        ),
+        (
+            "recall_relative_cutoff",
+            Reply::Double(cfg.recall_relative_cutoff),
         ),
         ("recall_mode", Reply::text(&cfg.recall_mode)),
         (
