@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::MemResult;
-use crate::store::keyspace::cmd;
+use crate::store::keyspace::Keyspace;
 use crate::store::scripts::ok;
 use crate::store::value::{array, field, text};
 use crate::store::{Kind, Scope};
@@ -95,23 +95,7 @@ impl Consolidator {
 
 /// Every (user, namespace, kind) of an index (FT.AGGREGATE … GROUPBY, which loads the fields).
 async fn exact_scopes(link: &mut crate::upstream::Link, index: &str) -> MemResult<Vec<Scope>> {
-    let groups = ok(link
-        .call1(cmd(&[
-            "FT.AGGREGATE",
-            index,
-            "*",
-            "GROUPBY",
-            "3",
-            "@user",
-            "@namespace",
-            "@kind",
-            "LIMIT",
-            "0",
-            "1000000",
-            "DIALECT",
-            "2",
-        ]))
-        .await?)?;
+    let groups = ok(link.call1(Keyspace::exact_scopes(index)).await?)?;
     let mut scopes = Vec::new();
     for row in array(&groups).iter().skip(1) {
         let get = |f: &str| field(array(row), f).and_then(text);
@@ -138,7 +122,7 @@ async fn exact_scopes(link: &mut crate::upstream::Link, index: &str) -> MemResul
 /// values come from the index itself; consolidation still merges only within one exact
 /// user, namespace and kind).
 async fn user_scopes(link: &mut crate::upstream::Link, index: &str) -> MemResult<Vec<Scope>> {
-    let users = ok(link.call1(cmd(&["FT.TAGVALS", index, "user"])).await?)?;
+    let users = ok(link.call1(Keyspace::users(index)).await?)?;
     Ok(array(&users)
         .iter()
         .filter_map(text)

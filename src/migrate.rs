@@ -32,7 +32,7 @@ use redis::Value;
 
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
-use crate::store::keyspace::cmd;
+use crate::store::keyspace::{cmd, Keyspace, Spec};
 use crate::store::schema;
 use crate::store::scripts::ok;
 use crate::store::value::{array, field, text};
@@ -113,7 +113,7 @@ impl<'e> Migration<'e> {
                 link,
                 cluster,
                 target: format!("{index}.migrated"),
-                state: format!("{index}:migration"),
+                state: Keyspace::migration(&index),
                 index,
             });
         }
@@ -142,7 +142,11 @@ impl<'e> Migration<'e> {
     }
 
     async fn call(&mut self, args: &[&str]) -> MemResult<Value> {
-        ok(self.link.call1(cmd(args)).await?)
+        self.call_spec(cmd(args)).await
+    }
+
+    async fn call_spec(&mut self, spec: Spec) -> MemResult<Value> {
+        ok(self.link.call1(spec).await?)
     }
 
     async fn get(&mut self, f: &str) -> MemResult<Option<String>> {
@@ -234,15 +238,7 @@ impl<'e> Migration<'e> {
         .and_then(text)
         .unwrap_or_else(|| "0".into());
         let sample = self
-            .call(&[
-                "FT.SEARCH",
-                &index,
-                "*",
-                "NOCONTENT",
-                "LIMIT",
-                "0",
-                &SAMPLE.to_string(),
-            ])
+            .call_spec(Keyspace::key_page(&index, "*", 0, SAMPLE))
             .await?;
         let keys: Vec<String> = array(&sample).iter().skip(1).filter_map(text).collect();
         self.set(&[
@@ -285,7 +281,7 @@ impl<'e> Migration<'e> {
     /// COPY every key under `from` to the same name under `to` (never overwriting), recording the
     /// copies for the rollback.
     async fn copy(&mut self, from: &str, to: &str, progress: Progress<'_>) -> MemResult<()> {
-        let copies = format!("{}:copies", self.state);
+        let copies = Keyspace::migration_copies(&self.state);
         let total: usize = {
             let index = self.index.clone();
             field(
@@ -343,7 +339,7 @@ impl<'e> Migration<'e> {
     /// are embedded again by this memproxy's model. Resumable: copies already of the right
     /// dimension are skipped.
     async fn reembed_copies(&mut self, progress: Progress<'_>) -> MemResult<()> {
-        let copies = format!("{}:copies", self.state);
+        let copies = Keyspace::migration_copies(&self.state);
         let dim = self.engine.store.dim();
         let total =
             crate::store::value::int(&self.call(&["SCARD", &copies]).await?).unwrap_or(0) as usize;
@@ -432,11 +428,7 @@ impl<'e> Migration<'e> {
             })
             .collect();
         if !keys.is_empty() {
-            let n = keys.len().to_string();
-            let mut args = vec!["FT.SEARCH", target.as_str(), "*", "INKEYS", n.as_str()];
-            args.extend(keys.iter().map(String::as_str));
-            args.extend(["NOCONTENT", "LIMIT", "0", "0"]);
-            let found = self.call(&args).await?;
+            let found = self.call_spec(Keyspace::count_in(&target, &keys)).await?;
             let found = array(&found)
                 .first()
                 .and_then(crate::store::value::int)
@@ -494,7 +486,7 @@ impl<'e> Migration<'e> {
         if self.info(&target).await?.is_some() {
             self.call(&["FT.DROPINDEX", &target]).await?;
         }
-        let copies = format!("{}:copies", self.state);
+        let copies = Keyspace::migration_copies(&self.state);
         loop {
             let popped = self.call(&["SPOP", &copies, "500"]).await?;
             let keys: Vec<String> = array(&popped).iter().filter_map(text).collect();

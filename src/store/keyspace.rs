@@ -337,6 +337,94 @@ impl Keyspace {
         Some(self.spec(query, &["SCORER", "BM25", "WITHSCORES", "LIMIT", "0", &k]))
     }
 
+    /// Cluster mode: a page of the keys `query` matches on `index` (FT.SEARCH … NOCONTENT: the
+    /// module without its coordinator cannot load documents there).
+    pub fn key_page(index: &str, query: &str, offset: usize, count: usize) -> Spec {
+        cmd(&[
+            "FT.SEARCH",
+            index,
+            query,
+            "NOCONTENT",
+            "LIMIT",
+            &offset.to_string(),
+            &count.to_string(),
+            "DIALECT",
+            "2",
+        ])
+    }
+
+    /// One Redis: a cursor over the keys `query` matches on `index`, `count` a page.
+    pub fn key_cursor(index: &str, query: &str, count: usize) -> Spec {
+        cmd(&[
+            "FT.AGGREGATE",
+            index,
+            query,
+            "LOAD",
+            "1",
+            "@__key",
+            "WITHCURSOR",
+            "COUNT",
+            &count.to_string(),
+            "DIALECT",
+            "2",
+        ])
+    }
+
+    /// The next page of a [`Keyspace::key_cursor`].
+    pub fn key_cursor_read(index: &str, cursor: i64, count: usize) -> Spec {
+        cmd(&[
+            "FT.CURSOR",
+            "READ",
+            index,
+            &cursor.to_string(),
+            "COUNT",
+            &count.to_string(),
+        ])
+    }
+
+    /// Every exact (user, namespace, kind) of `index` (FT.AGGREGATE … GROUPBY; one Redis).
+    pub fn exact_scopes(index: &str) -> Spec {
+        cmd(&[
+            "FT.AGGREGATE",
+            index,
+            "*",
+            "GROUPBY",
+            "3",
+            "@user",
+            "@namespace",
+            "@kind",
+            "LIMIT",
+            "0",
+            "1000000",
+            "DIALECT",
+            "2",
+        ])
+    }
+
+    /// Every user of `index` (FT.TAGVALS; a cluster master's index, which cannot group).
+    pub fn users(index: &str) -> Spec {
+        cmd(&["FT.TAGVALS", index, "user"])
+    }
+
+    /// How many of `keys` `index` holds (FT.SEARCH … INKEYS, no rows).
+    pub fn count_in(index: &str, keys: &[String]) -> Spec {
+        let n = keys.len().to_string();
+        let mut args = vec!["FT.SEARCH", index, "*", "INKEYS", n.as_str()];
+        args.extend(keys.iter().map(String::as_str));
+        args.extend(["NOCONTENT", "LIMIT", "0", "0"]);
+        cmd(&args)
+    }
+
+    /// `memproxy migrate`'s record for `index` (a hash), and the set of keys it copied.
+    pub fn migration(index: &str) -> String {
+        format!("{index}:migration")
+    }
+
+    /// See [`Keyspace::migration`].
+    pub fn migration_copies(state: &str) -> String {
+        format!("{state}:copies")
+    }
+
     /// A page of the scope's memories, newest first.
     pub fn list(&self, scope: &Scope, offset: usize, count: usize) -> Spec {
         let (o, c) = (offset.to_string(), count.to_string());

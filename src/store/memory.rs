@@ -94,17 +94,7 @@ impl ScopeKeys {
         let mut offset = 0usize;
         loop {
             let reply = ok(link
-                .call1(cmd(&[
-                    "FT.SEARCH",
-                    &self.index,
-                    &self.query,
-                    "NOCONTENT",
-                    "LIMIT",
-                    &offset.to_string(),
-                    &page.to_string(),
-                    "DIALECT",
-                    "2",
-                ]))
+                .call1(Keyspace::key_page(&self.index, &self.query, offset, page))
                 .await?)?;
             let keys: Vec<String> = match &reply {
                 Value::Map(_) => field(&flat(&reply), "results")
@@ -139,30 +129,10 @@ impl ScopeKeys {
             let n = listed.len().min(FORGET_PAGE);
             return Ok(Some(listed.drain(..n).collect()));
         }
-        let page = FORGET_PAGE.to_string();
         let request = match self.cursor {
             Some(0) => return Ok(None),
-            None => cmd(&[
-                "FT.AGGREGATE",
-                &self.index,
-                &self.query,
-                "LOAD",
-                "1",
-                "@__key",
-                "WITHCURSOR",
-                "COUNT",
-                &page,
-                "DIALECT",
-                "2",
-            ]),
-            Some(c) => cmd(&[
-                "FT.CURSOR",
-                "READ",
-                &self.index,
-                &c.to_string(),
-                "COUNT",
-                &page,
-            ]),
+            None => Keyspace::key_cursor(&self.index, &self.query, FORGET_PAGE),
+            Some(c) => Keyspace::key_cursor_read(&self.index, c, FORGET_PAGE),
         };
         let reply = ok(link.call1(request).await?)?;
         let (keys, cursor) = cursor_page(&reply);
