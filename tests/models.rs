@@ -74,20 +74,7 @@ fn another_model_is_refused_until_reembed() {
         before,
         "the vector was rewritten"
     );
-    eventually("the int8 proxy to accept MEM.*", || {
-        redis::cmd("MEM.RECALL")
-            .arg("Any food allergies?")
-            .query::<redis::Value>(&mut b)
-            .is_ok()
-    });
-    let hits = q(&mut b, &["MEM.RECALL", "Any food allergies?"]);
-    assert_eq!(as_str(get(&items(&hits)[0], "id")), ids[0]);
-    eventually("the fp32 proxy to refuse", || {
-        redis::cmd("MEM.RECALL")
-            .arg("Any food allergies?")
-            .query::<redis::Value>(&mut a)
-            .is_err_and(|e| e.to_string().contains("memproxy reembed"))
-    });
+    reembedded(&mut b, &mut a, "the int8 proxy", "the fp32 proxy", &ids[0]);
     // Run again (as after an interruption): nothing left to re-embed.
     let (ok, log) = reembed(&redis.url(), &int8_dir);
     assert!(ok, "{log}");

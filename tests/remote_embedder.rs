@@ -640,18 +640,11 @@ fn the_model_stamp_covers_the_endpoint_and_reembed_moves_the_index() {
         .query(&mut d)
         .unwrap();
     assert_eq!(stamp, format!("all-MiniLM-L6-v2-int8 at {base}"));
-    eventually("the endpoint's proxy to accept MEM.*", || {
-        redis::cmd("MEM.RECALL")
-            .arg("Any food allergies?")
-            .query::<redis::Value>(&mut b)
-            .is_ok()
-    });
-    let hits = q(&mut b, &["MEM.RECALL", "Any food allergies?"]);
-    assert_eq!(as_str(get(&items(&hits)[0], "id")), ids[0]);
-    eventually("the local proxy to refuse", || {
-        redis::cmd("MEM.RECALL")
-            .arg("Any food allergies?")
-            .query::<redis::Value>(&mut a)
-            .is_err_and(|e| e.to_string().contains("memproxy reembed"))
-    });
+    reembedded(
+        &mut b,
+        &mut a,
+        "the endpoint's proxy",
+        "the local proxy",
+        &ids[0],
+    );
 }

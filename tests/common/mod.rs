@@ -999,6 +999,22 @@ pub fn unsubscribe_keeps_the_session(proxy: &Proxy) {
         c.read_str().starts_with('%'),
         "MEM.INFO answered by memproxy"
     );
+    // Redis sends these replies even under CLIENT REPLY OFF (as pushes are).
+    let mut c = proxy.raw();
+    c.send(
+        &[
+            encode(&[b"CLIENT", b"REPLY", b"OFF"]),
+            encode(&[b"UNSUBSCRIBE", b"z"]),
+            encode(&[b"CLIENT", b"REPLY", b"ON"]),
+            encode(&[b"MEM.PING"]),
+        ]
+        .concat(),
+    );
+    let r = c.read_str();
+    assert!(r.starts_with("*3") && r.contains('z'), "{r}");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    let pong = c.read_str();
+    assert!(pong.contains("PONG") && !pong.starts_with('-'), "{pong}");
 }
 
 /// A test that cannot run here says why: on stderr, and as a line of `target/tmp/skipped-tests`,
@@ -1013,4 +1029,31 @@ pub fn skipped(test: &str, why: &str) {
     {
         let _ = writeln!(f, "{test}: {why}");
     }
+}
+
+/// After `memproxy reembed`: the proxy of the new model (`now`, called `new` in messages) answers
+/// MEM.RECALL "Any food allergies?" with memory `first` first, and the proxy of the old model
+/// (`before`) refuses with the command to run.
+pub fn reembedded(
+    now: &mut redis::Connection,
+    before: &mut redis::Connection,
+    new: &str,
+    old: &str,
+    first: &str,
+) {
+    let question = "Any food allergies?";
+    eventually(&format!("{new} to accept MEM.*"), || {
+        redis::cmd("MEM.RECALL")
+            .arg(question)
+            .query::<redis::Value>(now)
+            .is_ok()
+    });
+    let hits = q(now, &["MEM.RECALL", question]);
+    assert_eq!(as_str(get(&items(&hits)[0], "id")), first);
+    eventually(&format!("{old} to refuse"), || {
+        redis::cmd("MEM.RECALL")
+            .arg(question)
+            .query::<redis::Value>(before)
+            .is_err_and(|e| e.to_string().contains("memproxy reembed"))
+    });
 }
