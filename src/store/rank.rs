@@ -203,6 +203,17 @@ const STOPWORDS: &[&str] = &[
 
 /// At most this many of the question's words count (a 10 KB question costs no more than this).
 const MAX_QUERY_TERMS: usize = 32;
+/// A candidate's words are read from its first this many characters (a 100 KB memory would
+/// otherwise be tokenised whole on every recall that finds it).
+const MAX_TEXT_CHARS: usize = 20_000;
+
+/// `text` cut to its first `MAX_TEXT_CHARS` characters.
+fn head(text: &str) -> &str {
+    match text.char_indices().nth(MAX_TEXT_CHARS) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
 
 /// The words of `text` that can be evidence: lowercased letters and digits, no stopwords, a
 /// plural's `s` dropped; numbers count from one digit, words from three letters.
@@ -241,7 +252,7 @@ pub fn rarity_overlap(question: &str, texts: &[&str]) -> Vec<f64> {
     }
     let docs: Vec<HashSet<String>> = texts
         .iter()
-        .map(|t| terms(t).into_iter().collect())
+        .map(|t| terms(head(t)).into_iter().collect())
         .collect();
     let n = texts.len() as f64;
     let idf: HashMap<&str, f64> = q
@@ -511,6 +522,14 @@ mod tests {
         };
         assert_eq!(rank("what did I do yesterday?", at, &[a, b], 1, &p)[0].0, 1);
         assert_eq!(rank("what did I do?", at, &[a, b], 1, &p)[0].0, 0);
+    }
+
+    #[test]
+    fn a_long_candidate_is_read_to_its_head_only() {
+        let long = format!("{} zebra", "word ".repeat(MAX_TEXT_CHARS));
+        assert_eq!(head(&long).chars().count(), MAX_TEXT_CHARS);
+        assert_eq!(head("ünïcode"), "ünïcode");
+        assert_eq!(rarity_overlap("zebra", &[&long, "a zebra"]), vec![0.0, 1.0]);
     }
 
     #[test]
