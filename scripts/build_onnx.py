@@ -45,9 +45,9 @@ class Graph:
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def op(self, op_type, inputs, **attrs):
+    def op(self, op_type, inputs, out=None, **attrs):
         self.n += 1
-        out = f"{op_type.lower()}_{self.n}"
+        out = out or f"{op_type.lower()}_{self.n}"
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out
 

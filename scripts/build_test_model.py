@@ -94,19 +94,9 @@ def weights(vocab_size):
 
 # --- the ONNX graph (as build_onnx.py spells BERT, opset 12) -------------------------------
 
-class Graph:
-    def __init__(self):
-        self.nodes, self.inits, self.n = [], [], 0
-
-    def const(self, name, array):
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
-        return name
-
-    def op(self, op_type, inputs, out=None, **attrs):
-        self.n += 1
-        out = out or f"{op_type.lower()}_{self.n}"
-        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
-        return out
+# Graph: build_onnx.py's, which spells the real model's BERT the same way.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from build_onnx import Graph  # noqa: E402
 
 
 def graph(w):

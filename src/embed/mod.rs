@@ -271,6 +271,11 @@ impl Embedder {
         }
     }
 
+    /// The query and the document prompt are the same (one embedding serves both roles).
+    pub fn prompts_agree(&self) -> bool {
+        self.prompts.query == self.prompts.document
+    }
+
     /// Whether `text`'s embedding in `role` is cached (without counting a hit or a miss).
     pub fn is_cached(&self, text: &str, role: Role) -> bool {
         self.cache.contains(&self.model_input(text, role))

@@ -91,10 +91,8 @@ impl TurnCmd {
             Precheck::Rights(&rights),
         )
         .await?;
-        let prompts_differ = engine.embedder.model_input(&self.content, Role::Query)
-            != engine.embedder.model_input(&self.content, Role::Document);
-        let document = match (&self.remember, prompts_differ) {
-            (Some(_), true) => {
+        let document = match (&self.remember, engine.embedder.prompts_agree()) {
+            (Some(_), false) => {
                 embed(engine, link, &self.content, Precheck::Rights(&rights)).await?
             }
             _ => vector.clone(),
