@@ -1440,6 +1440,12 @@ fn reads_follow_a_moved_slot_without_a_write_first() {
 }
 
 #[test]
+fn malformed_request_gets_redis_protocol_error_and_close() {
+    let s = setup();
+    malformed_requests_are_refused_as_redis_does(&s.proxy);
+}
+
+#[test]
 fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
     let s = setup();
     unsubscribe_keeps_the_session(&s.proxy);

@@ -68,9 +68,9 @@ fn lower<'a>(name: &[u8], buf: &'a mut [u8; 32]) -> &'a str {
 }
 
 /// What the session does with `args`.
-pub fn kind(args: &[Vec<u8>]) -> Kind {
-    let name = args.first().map(Vec::as_slice).unwrap_or_default();
-    let sub = args.get(1).map(Vec::as_slice).unwrap_or_default();
+pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
+    let name = args.first().map(A::as_ref).unwrap_or_default();
+    let sub = args.get(1).map(A::as_ref).unwrap_or_default();
     if name.len() > 4 && name[..4].eq_ignore_ascii_case(b"mem.") {
         return Kind::Mem;
     }
@@ -125,30 +125,28 @@ pub enum Target {
 }
 
 /// The keys of `args` by `spec` (positions as `COMMAND` gives them).
-pub fn keys_by_spec(spec: KeySpec, args: &[Vec<u8>]) -> Vec<&[u8]> {
-    if spec.first <= 0 {
-        return Vec::new();
-    }
+pub fn keys_by_spec<A: AsRef<[u8]>>(spec: KeySpec, args: &[A]) -> impl Iterator<Item = &[u8]> {
     let argc = args.len() as i64;
     let last = if spec.last < 0 {
         argc + spec.last
     } else {
         spec.last
     };
-    let step = spec.step.max(1);
-    let mut keys = Vec::new();
-    let mut i = spec.first;
-    while i <= last && i < argc {
-        keys.push(args[i as usize].as_slice());
-        i += step;
-    }
-    keys
+    let end = if spec.first <= 0 {
+        0
+    } else {
+        (last + 1).clamp(0, argc)
+    };
+    let start = spec.first.clamp(0, end);
+    (start..end)
+        .step_by(spec.step.max(1) as usize)
+        .map(move |i| args[i as usize].as_ref())
 }
 
 /// The command-table entry for `args`: `name|sub` when Redis lists the subcommand.
-pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
+pub fn spec_of<A: AsRef<[u8]>>(cluster: &Cluster, args: &[A]) -> Option<KeySpec> {
     let mut buf = [0u8; 32];
-    let name = lower(args.first()?, &mut buf);
+    let name = lower(args.first()?.as_ref(), &mut buf);
     let spec = cluster.key_spec(name);
     // A container command (OBJECT, XINFO, MEMORY …) lists its keys per subcommand.
     if spec.is_some_and(|s| s.first > 0 || s.movable) {
@@ -157,7 +155,7 @@ pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
     if let Some(sub) = args.get(1) {
         let full = format!(
             "{name}|{}",
-            String::from_utf8_lossy(sub).to_ascii_lowercase()
+            String::from_utf8_lossy(sub.as_ref()).to_ascii_lowercase()
         );
         if let Some(s) = cluster.key_spec(&full) {
             return Some(s);
@@ -167,7 +165,7 @@ pub fn spec_of(cluster: &Cluster, args: &[Vec<u8>]) -> Option<KeySpec> {
 }
 
 /// The slot all `keys` share.
-pub fn target_of<K: AsRef<[u8]>>(keys: &[K]) -> Target {
+pub fn target_of<K: AsRef<[u8]>>(keys: impl IntoIterator<Item = K>) -> Target {
     let mut t = Target::Any;
     for k in keys {
         let s = slot(k.as_ref());
@@ -182,20 +180,20 @@ pub fn target_of<K: AsRef<[u8]>>(keys: &[K]) -> Target {
 
 /// Where a plain command goes; its keys come from the command table, or from the server for
 /// commands with movable keys.
-pub async fn target(cluster: &Cluster, args: &[Vec<u8>]) -> Target {
+pub async fn target<A: AsRef<[u8]>>(cluster: &Cluster, args: &[A]) -> Target {
     match spec_of(cluster, args) {
         Some(spec) if spec.movable => match cluster.get_keys(args).await {
             Ok(keys) => target_of(&keys),
             Err(_) => Target::Any,
         },
-        Some(spec) => target_of(&keys_by_spec(spec, args)),
+        Some(spec) => target_of(keys_by_spec(spec, args)),
         None => Target::Any,
     }
 }
 
 /// The keys and the key step of a command [`Kind::Split`] splits: `MSET k v k v` has step 2.
-pub fn split_step(args: &[Vec<u8>]) -> usize {
-    if args.first().is_some_and(|n| eq(n, "mset")) {
+pub fn split_step<A: AsRef<[u8]>>(args: &[A]) -> usize {
+    if args.first().is_some_and(|n| eq(n.as_ref(), "mset")) {
         2
     } else {
         1
@@ -222,7 +220,7 @@ mod tests {
             movable: false,
         };
         assert_eq!(
-            keys_by_spec(mset, &a(&["MSET", "a", "1", "b", "2"])),
+            keys_by_spec(mset, &a(&["MSET", "a", "1", "b", "2"])).collect::<Vec<_>>(),
             vec![b"a".as_slice(), b"b".as_slice()]
         );
         let get = KeySpec {
@@ -231,10 +229,12 @@ mod tests {
             step: 1,
             movable: false,
         };
-        assert_eq!(keys_by_spec(get, &a(&["GET"])), Vec::<&[u8]>::new());
-        assert_eq!(target_of(&[b"{u}1", b"{u}2"]), Target::Slot(slot(b"u")));
-        assert_eq!(target_of(&[b"a", b"b"]), Target::Cross);
-        assert_eq!(target_of::<&[u8]>(&[]), Target::Any);
+        assert_eq!(keys_by_spec(get, &a(&["GET"])).count(), 0);
+        let zero = KeySpec { first: 0, ..get };
+        assert_eq!(keys_by_spec(zero, &a(&["PING", "x"])).count(), 0);
+        assert_eq!(target_of([b"{u}1", b"{u}2"]), Target::Slot(slot(b"u")));
+        assert_eq!(target_of([b"a", b"b"]), Target::Cross);
+        assert_eq!(target_of(Vec::<&[u8]>::new()), Target::Any);
         assert_eq!(kind(&a(&["mem.recall", "x"])), Kind::Mem);
         assert_eq!(kind(&a(&["client", "SETNAME", "x"])), Kind::State);
         assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));

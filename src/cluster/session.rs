@@ -15,18 +15,18 @@
 //! - a master that breaks answers an error to the request waiting on it, and the client is
 //!   closed, as when the single upstream breaks.
 
-use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
 use super::topology::Cluster;
 use crate::engine::{ClientState, Engine};
-use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Scanner};
+use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
 use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
 
 /// Redirections followed for one request before its last reply is passed on.
@@ -38,9 +38,6 @@ const MEM_RETRIES: usize = 20;
 /// SCAN cursors carry the master's position in their low bits: cursor = node cursor × this + i.
 const SCAN_NODES: u64 = 1024;
 
-/// Where a plain request goes: a master, or the error line it is answered with.
-type Dest = Result<String, &'static str>;
-
 /// A slot no master serves, as Redis Cluster words it.
 const CLUSTERDOWN: &str = "CLUSTERDOWN Hash slot not served";
 
@@ -49,6 +46,69 @@ struct Node {
     stream: Stream,
     buf: BytesMut,
     scanner: Scanner,
+}
+
+/// The client's connections, by master (a handful: looked up by name, in order).
+#[derive(Default)]
+struct Nodes(Vec<(String, Node)>);
+
+impl Nodes {
+    fn contains_key(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == name)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Node> {
+        self.0
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, node)| node)
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Node> {
+        let i = self.0.iter().position(|(n, _)| n == name)?;
+        Some(self.0.swap_remove(i).1)
+    }
+
+    fn insert(&mut self, name: String, node: Node) {
+        self.remove(&name);
+        self.0.push((name, node));
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(n, _)| n)
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// Requests of one master each, waiting to go out together: where each one's bytes are in the
+/// batch, which master it goes to (or the error line that answers it), whether its reply is
+/// passed on.
+#[derive(Default)]
+struct Run {
+    masters: Vec<String>,
+    writes: Vec<Vec<u8>>,
+    reqs: Vec<(Range<usize>, Result<usize, &'static str>, bool)>,
+}
+
+impl Run {
+    fn push(&mut self, raw: Range<usize>, dest: Result<&str, &'static str>, silent: bool) {
+        let dest = dest.map(|m| match self.masters.iter().position(|x| x == m) {
+            Some(i) => i,
+            None => {
+                self.masters.push(m.to_string());
+                self.masters.len() - 1
+            }
+        });
+        self.reqs.push((raw, dest, silent));
+    }
+}
+
+/// The arguments as owned vectors (the requests the session handles itself).
+fn owned(view: &[&[u8]]) -> Cmd {
+    view.iter().map(|a| a.to_vec()).collect()
 }
 
 /// Why a session ends.
@@ -77,7 +137,7 @@ struct Session {
     wr: WriteHalf<Stream>,
     cbuf: BytesMut,
     framer: Framer,
-    nodes: HashMap<String, Node>,
+    nodes: Nodes,
     /// The master keyless commands go to: the first the client used.
     home: Option<String>,
     /// Connection-state commands that succeeded, replayed on every connection opened later.
@@ -115,7 +175,7 @@ pub async fn serve(
         wr,
         cbuf: BytesMut::with_capacity(16 * 1024),
         framer: Framer::default(),
-        nodes: HashMap::new(),
+        nodes: Nodes::default(),
         home: None,
         setup: Vec::new(),
         state: ClientState::default(),
@@ -144,40 +204,49 @@ pub async fn serve(
 impl Session {
     async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Stop {
         loop {
-            // Every complete request in the buffer, in order.
-            let mut batch: Vec<Cmd> = Vec::new();
+            // Every complete request in the buffer, in order, each as the bytes the client sent.
+            let mut reqs: Vec<(Range<usize>, Request)> = Vec::new();
+            let mut end = 0;
+            let mut stop = None;
             loop {
-                match self.framer.parse(&self.cbuf) {
+                match self.framer.parse(&self.cbuf[end..]) {
                     Parsed::Request(req) => {
-                        batch.push(req.owned_args(&self.cbuf));
-                        self.cbuf.advance(req.len);
+                        let len = req.len;
+                        reqs.push((end..end + len, req));
+                        end += len;
                     }
-                    Parsed::Skip(n) => self.cbuf.advance(n),
+                    Parsed::Skip(n) => end += n,
                     Parsed::Incomplete(need) => {
                         if need > self.max_request + 64 * 1024 {
-                            return self.refuse("ERR Protocol error: request too big").await;
+                            stop = Some(Err("ERR Protocol error: request too big"));
                         }
                         break;
                     }
-                    Parsed::Invalid(reason) => {
-                        if let Err(stop) = self.batch(batch).await {
-                            return stop;
-                        }
-                        return self.refuse(&format!("ERR Protocol error: {reason}")).await;
+                    // As in single mode: the bytes go to Redis, which answers its own error
+                    // and closes the connection.
+                    Parsed::Invalid(_) => {
+                        stop = Some(Ok(()));
+                        break;
                     }
                 }
-                if batch.len() >= 1024 {
+                if reqs.len() >= 1024 {
                     break;
                 }
             }
-            if !batch.is_empty() {
-                if let Err(stop) = self.batch(batch).await {
+            if end > 0 {
+                let bytes = self.cbuf.split_to(end).freeze();
+                if let Err(stop) = self.batch(bytes, reqs).await {
                     return stop;
                 }
                 if let Err(e) = self.flush().await {
                     return e;
                 }
-                continue;
+            }
+            match stop {
+                Some(Err(line)) => return self.refuse(line).await,
+                Some(Ok(())) => return self.tunnel_invalid().await,
+                None if end > 0 => continue,
+                None => {}
             }
             if *shutdown.borrow() {
                 return Stop::ClientGone;
@@ -213,15 +282,24 @@ impl Session {
         Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
     }
 
-    /// Serve a batch in order: runs of plain requests go out together.
-    async fn batch(&mut self, batch: Vec<Cmd>) -> Result<(), Stop> {
-        let mut run: Vec<(Cmd, Dest, bool)> = Vec::new();
-        let mut batch = batch.into_iter();
-        while let Some(args) = batch.next() {
-            let kind = route::kind(&args);
+    /// Serve a batch in order: runs of requests to one master each go out together, as the
+    /// client's bytes.
+    async fn batch(
+        &mut self,
+        bytes: Bytes,
+        reqs: Vec<(Range<usize>, Request)>,
+    ) -> Result<(), Stop> {
+        let mut run = Run::default();
+        let mut topo = self.cluster.topology();
+        let mut view: Vec<&[u8]> = Vec::with_capacity(8);
+        for (raw, req) in &reqs {
+            let this = &bytes[raw.clone()];
+            view.clear();
+            view.extend((0..req.argc()).filter_map(|k| req.arg(this, k)));
+            let kind = route::kind(&view);
             if kind == Kind::ClientReply && self.tx.is_none() {
-                self.plain_run(std::mem::take(&mut run)).await?;
-                self.client_reply(&args);
+                self.plain_run(&bytes, &mut run).await?;
+                self.client_reply(&view);
                 continue;
             }
             // CLIENT REPLY OFF / SKIP: the request runs, its reply is not passed on.
@@ -229,33 +307,60 @@ impl Session {
             if self.tx.is_some()
                 && !matches!(kind, Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch)
             {
-                self.plain_run(std::mem::take(&mut run)).await?;
+                self.plain_run(&bytes, &mut run).await?;
                 let mark = self.out.len();
-                self.queue(args, kind).await;
+                self.queue(owned(&view), kind).await;
                 if silent {
                     self.out.truncate(mark);
                 }
                 continue;
             }
-            if kind == Kind::Plain {
-                let dest = match route::target(&self.cluster, &args).await {
-                    Target::Cross => Err(CROSSSLOT),
-                    Target::Any => Ok(self.home().await?),
-                    Target::Slot(s) => self.master_of(s).await.ok_or(CLUSTERDOWN),
-                };
-                run.push((args, dest, silent));
-                continue;
+            if matches!(kind, Kind::Plain | Kind::Split(_)) {
+                if run.reqs.is_empty() {
+                    // The map as it is now (a redirection in the last run may have changed it).
+                    topo = self.cluster.topology();
+                }
+                // A split command whose keys share a slot is a plain request.
+                match route::target(&self.cluster, &view).await {
+                    Target::Cross if kind != Kind::Plain => {}
+                    Target::Cross => {
+                        run.push(raw.clone(), Err(CROSSSLOT), silent);
+                        continue;
+                    }
+                    Target::Any => {
+                        let home = self.home().await?;
+                        run.push(raw.clone(), Ok(&home), silent);
+                        continue;
+                    }
+                    Target::Slot(s) => {
+                        match topo.master_of(s) {
+                            Some(m) => run.push(raw.clone(), Ok(m), silent),
+                            None => {
+                                let m = self.master_of(s).await;
+                                run.push(raw.clone(), m.as_deref().ok_or(CLUSTERDOWN), silent);
+                            }
+                        }
+                        continue;
+                    }
+                }
             }
-            self.plain_run(std::mem::take(&mut run)).await?;
+            self.plain_run(&bytes, &mut run).await?;
             if kind == Kind::Unsubscribe {
                 // Answered even under CLIENT REPLY OFF, as Redis sends these as pushes.
-                self.unsubscribe(args).await?;
+                self.unsubscribe(owned(&view)).await?;
                 continue;
             }
+            if kind == Kind::Tunnel {
+                let tail = bytes.slice(raw.start..);
+                return self.tunnel(owned(&view), &tail).await;
+            }
+            let args = owned(&view);
             let mark = self.out.len();
             match kind {
                 // Plain requests join the run, CLIENT REPLY is kept above (and refused in MULTI).
-                Kind::Plain | Kind::ClientReply => unreachable!("handled above"),
+                Kind::Plain | Kind::ClientReply | Kind::Unsubscribe | Kind::Tunnel => {
+                    unreachable!("handled above")
+                }
                 Kind::State => self.state_cmd(args).await?,
                 Kind::Reset => {
                     self.everywhere(args).await?;
@@ -285,23 +390,18 @@ impl Session {
                 Kind::Split(merge) => self.split(args, merge).await?,
                 Kind::Every(merge) => self.every(args, merge).await?,
                 Kind::Scan => self.scan(args).await?,
-                Kind::Tunnel => {
-                    let rest: Vec<Cmd> = batch.collect();
-                    return self.tunnel(args, rest).await;
-                }
                 Kind::Mem => self.mem(args).await?,
-                Kind::Unsubscribe => unreachable!("handled above"),
                 Kind::Refused(line) => self.error(line),
             }
             if silent {
                 self.out.truncate(mark);
             }
         }
-        self.plain_run(run).await
+        self.plain_run(&bytes, &mut run).await
     }
 
     /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.
-    fn client_reply(&mut self, args: &[Vec<u8>]) {
+    fn client_reply(&mut self, args: &[&[u8]]) {
         let mode = args.get(2).map(|m| m.to_ascii_lowercase());
         match (mode.as_deref(), args.len()) {
             (Some(b"on"), 3) => {
@@ -502,67 +602,66 @@ impl Session {
         encode(args, &mut w);
         self.send(node, &w).await?;
         let f = self.frame(node).await?;
-        self.follow(args, f).await
+        self.follow(&w, f).await
     }
 
-    /// Plain requests, sent together (one write per master), replies taken in order.
-    async fn plain_run(&mut self, run: Vec<(Cmd, Dest, bool)>) -> Result<(), Stop> {
-        if run.is_empty() {
+    /// The requests of `run` (ranges of `bytes`), sent together (one write per master), replies
+    /// taken in order; `run` is left empty.
+    async fn plain_run(&mut self, bytes: &[u8], run: &mut Run) -> Result<(), Stop> {
+        if run.reqs.is_empty() {
             return Ok(());
         }
-        let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
-        for (args, dest, _) in &run {
-            if let Ok(node) = dest {
-                match writes.iter_mut().find(|(n, _)| n == node) {
-                    Some((_, w)) => encode(args, w),
-                    None => {
-                        let mut w = Vec::new();
-                        encode(args, &mut w);
-                        writes.push((node.clone(), w));
-                    }
-                }
+        run.writes.resize_with(run.masters.len(), Vec::new);
+        for (raw, dest, _) in &run.reqs {
+            if let Ok(m) = dest {
+                run.writes[*m].extend_from_slice(&bytes[raw.clone()]);
             }
         }
-        for (node, w) in &writes {
-            self.send(node, w).await?;
+        for (m, w) in run.masters.iter().zip(run.writes.iter_mut()) {
+            if !w.is_empty() {
+                self.send(m, w).await?;
+                w.clear();
+            }
         }
+        let reqs = std::mem::take(&mut run.reqs);
         // Replies in request order, passed on as they come (the client is written to once
         // `client_buffer_bytes` are waiting, so a client that does not read holds the rest in
         // Redis, not here). At the first redirection every later reply is read first, so that
         // the connections are idle when the redirected requests are sent again.
-        let mut replies: Vec<Result<BytesMut, &'static str>> = Vec::new();
-        for (i, (_, dest, _)) in run.iter().enumerate() {
+        let mut held: Vec<Result<BytesMut, &'static str>> = Vec::new();
+        for (raw, dest, silent) in &reqs {
             let reply = match dest {
-                Ok(node) => Ok(self.frame(node).await?),
+                Ok(m) => Ok(self.frame(&run.masters[*m]).await?),
                 Err(line) => Err(*line),
             };
             let redirected = matches!(&reply, Ok(f) if redirect(f).is_some());
-            if redirected || !replies.is_empty() {
-                replies.push(reply);
+            if redirected || !held.is_empty() {
+                held.push(reply);
                 continue;
             }
-            self.pass_on(&run[i].0, reply, run[i].2).await?;
+            self.pass_on(&bytes[raw.clone()], reply, *silent).await?;
             if self.out.len() >= self.buffer {
                 self.flush().await?;
             }
         }
-        let done = run.len() - replies.len();
-        for ((args, _, silent), reply) in run.into_iter().skip(done).zip(replies) {
-            self.pass_on(&args, reply, silent).await?;
+        let done = reqs.len() - held.len();
+        for ((raw, _, silent), reply) in reqs.iter().skip(done).zip(held) {
+            self.pass_on(&bytes[raw.clone()], reply, *silent).await?;
         }
+        run.masters.clear();
         Ok(())
     }
 
     /// One plain request's reply to the client (redirections followed first), unless silenced.
     async fn pass_on(
         &mut self,
-        args: &[Vec<u8>],
+        raw: &[u8],
         reply: Result<BytesMut, &'static str>,
         silent: bool,
     ) -> Result<(), Stop> {
         match reply {
             Ok(f) => {
-                let f = self.follow(args, f).await?;
+                let f = self.follow(raw, f).await?;
                 if !silent {
                     self.out.extend_from_slice(&f);
                 }
@@ -576,19 +675,20 @@ impl Session {
         Ok(())
     }
 
-    /// Follow `MOVED` / `ASK` for `args` until a real reply (or [`MAX_REDIRECTS`]).
-    async fn follow(&mut self, args: &[Vec<u8>], mut f: BytesMut) -> Result<BytesMut, Stop> {
+    /// Follow `MOVED` / `ASK` for the request `raw` (as sent) until a real reply (or
+    /// [`MAX_REDIRECTS`]).
+    async fn follow(&mut self, raw: &[u8], mut f: BytesMut) -> Result<BytesMut, Stop> {
         for _ in 0..MAX_REDIRECTS {
             let Some((ask, node)) = redirect(&f) else {
                 return Ok(f);
             };
-            let mut w = Vec::new();
+            let mut w = Vec::with_capacity(raw.len() + 16);
             if ask {
-                encode(&[b"ASKING".to_vec()], &mut w);
+                w.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
             } else {
                 let _ = self.cluster.refresh().await;
             }
-            encode(args, &mut w);
+            w.extend_from_slice(raw);
             self.send(&node, &w).await?;
             if ask {
                 let _ = self.frame(&node).await?;
@@ -817,8 +917,14 @@ impl Session {
             }
         }
         if groups.len() == 1 {
-            let dest = self.master_of(groups[0].0).await.ok_or(CLUSTERDOWN);
-            return self.plain_run(vec![(args, dest, false)]).await;
+            // One slot after all (the map changed under the request): one command.
+            let Some(node) = self.master_of(groups[0].0).await else {
+                self.error(CLUSTERDOWN);
+                return Ok(());
+            };
+            let f = self.one(&node, &args).await?;
+            self.out.extend_from_slice(&f);
+            return Ok(());
         }
         let mut replies = Vec::with_capacity(groups.len());
         for (s, members) in &groups {
@@ -941,8 +1047,9 @@ impl Session {
     }
 
     /// SUBSCRIBE, PSUBSCRIBE, MONITOR (on the home master), SSUBSCRIBE (on its channel's
-    /// master): from here on the client talks to that one node, byte for byte.
-    async fn tunnel(&mut self, args: Cmd, rest: Vec<Cmd>) -> Result<(), Stop> {
+    /// master): from here on the client talks to that one node, byte for byte. `tail` is this
+    /// request and every later one of its batch, as the client sent them.
+    async fn tunnel(&mut self, args: Cmd, tail: &[u8]) -> Result<(), Stop> {
         let sharded = args[0].eq_ignore_ascii_case(b"ssubscribe");
         let node = match (sharded, args.get(1)) {
             (true, Some(ch)) => match self.master_of(super::slot::slot(ch)).await {
@@ -951,11 +1058,27 @@ impl Session {
             },
             _ => self.home().await?,
         };
-        let mut w = Vec::new();
-        encode(&args, &mut w);
-        for c in &rest {
-            encode(c, &mut w);
+        self.tunnel_to(node, tail).await
+    }
+
+    /// A request Redis would refuse as a protocol error: it and what follows go to the home
+    /// master, whose error the client gets (and which closes the connection), as in single mode.
+    async fn tunnel_invalid(&mut self) -> Stop {
+        let node = match self.home().await {
+            Ok(n) => n,
+            Err(stop) => return stop,
+        };
+        match self.tunnel_to(node, &[]).await {
+            Ok(()) => Stop::ClientGone,
+            Err(stop) => stop,
         }
+    }
+
+    /// `tail`, then the unread client bytes, to `node`; then bytes both ways until either side
+    /// closes.
+    async fn tunnel_to(&mut self, node: String, tail: &[u8]) -> Result<(), Stop> {
+        let mut w = Vec::with_capacity(tail.len() + self.cbuf.len());
+        w.extend_from_slice(tail);
         w.extend_from_slice(&self.cbuf);
         self.cbuf.clear();
         self.send(&node, &w).await?;

@@ -4,7 +4,7 @@
 //! node answers `MOVED`, when a node is lost, and at most every [`MIN_REFRESH`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -101,7 +101,8 @@ pub struct Cluster {
     map: RwLock<Arc<Topology>>,
     refreshed: Mutex<Option<Instant>>,
     refreshing: tokio::sync::Mutex<()>,
-    commands: RwLock<HashMap<String, KeySpec>>,
+    /// Read once at start (`COMMAND`); read without a lock on every request.
+    commands: OnceLock<HashMap<String, KeySpec>>,
     /// memproxy's own connection (to any master), for CLUSTER SLOTS and COMMAND GETKEYS.
     admin: tokio::sync::Mutex<Option<(Link, String)>>,
     timeout: Duration,
@@ -115,7 +116,7 @@ impl Cluster {
             map: RwLock::new(Arc::new(Topology::default())),
             refreshed: Mutex::new(None),
             refreshing: tokio::sync::Mutex::new(()),
-            commands: RwLock::new(HashMap::new()),
+            commands: OnceLock::new(),
             admin: tokio::sync::Mutex::new(None),
             timeout,
         };
@@ -125,7 +126,7 @@ impl Cluster {
         for entry in v::array(&table) {
             add_command(&mut commands, entry);
         }
-        *c.commands.write().expect("commands lock") = commands;
+        let _ = c.commands.set(commands);
         Ok(c)
     }
 
@@ -143,17 +144,13 @@ impl Cluster {
 
     /// Where `name`'s keys are (lower-case name, or `name|subcommand`).
     pub fn key_spec(&self, name: &str) -> Option<KeySpec> {
-        self.commands
-            .read()
-            .expect("commands lock")
-            .get(name)
-            .copied()
+        self.commands.get()?.get(name).copied()
     }
 
     /// The keys of a command whose keys only the server can find.
-    pub async fn get_keys(&self, args: &[Vec<u8>]) -> MemResult<Vec<Vec<u8>>> {
+    pub async fn get_keys<A: AsRef<[u8]>>(&self, args: &[A]) -> MemResult<Vec<Vec<u8>>> {
         let mut cmd = vec![b"COMMAND".to_vec(), b"GETKEYS".to_vec()];
-        cmd.extend(args.iter().cloned());
+        cmd.extend(args.iter().map(|a| a.as_ref().to_vec()));
         let reply = self.admin(cmd).await?;
         if let Value::ServerError(_) = reply {
             return Ok(Vec::new());

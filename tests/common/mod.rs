@@ -955,6 +955,26 @@ pub fn guide_index(name: &str, prefix: &str) -> Vec<String> {
     a
 }
 
+/// A request Redis's reader would refuse gets Redis's own protocol error, after the replies of the
+/// requests before it, and the connection closes: the same through single and cluster sessions
+/// (issue 37: cluster mode answered with memproxy's own words).
+pub fn malformed_requests_are_refused_as_redis_does(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    c.send(b"*1\r\n$4\r\nPING\r\n*1\r\nx\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    let r = c.read_str();
+    assert!(r.starts_with("-ERR Protocol error: expected '$'"), "{r}");
+    assert!(c.closed());
+    let mut c = proxy.raw();
+    c.send(b"*1\r\n$2000000000\r\n");
+    let r = c.read_str();
+    assert!(
+        r.starts_with("-ERR Protocol error: invalid bulk length"),
+        "{r}"
+    );
+    assert!(c.closed());
+}
+
 /// (P)UNSUBSCRIBE on a connection that subscribed to nothing answers once a channel (once with
 /// none named) and leaves the session as it was: MEM.* still answered by memproxy, under RESP2
 /// and RESP3 (issue 37: single mode turned the connection into a byte tunnel for good).
