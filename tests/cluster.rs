@@ -1440,6 +1440,12 @@ fn reads_follow_a_moved_slot_without_a_write_first() {
 }
 
 #[test]
+fn sigterm_finishes_in_flight_replies_then_exits_zero() {
+    let s = setup();
+    sigterm_finishes_in_flight_replies(&s.cluster.nodes[0].url());
+}
+
+#[test]
 fn malformed_request_gets_redis_protocol_error_and_close() {
     let s = setup();
     malformed_requests_are_refused_as_redis_does(&s.proxy);

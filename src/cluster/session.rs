@@ -191,9 +191,15 @@ pub async fn serve(
     match outcome {
         Stop::ClientGone => {}
         Stop::Upstream(reason) => {
-            tracing::debug!(%reason, "cluster node lost; closing the client");
+            // A master is only read or written while a request awaits it: counted as single
+            // mode counts an upstream lost with requests outstanding.
+            tracing::warn!(%reason, "cluster node lost for a client; closing it");
+            engine.metrics.upstream_lost.inc();
             let _ = s.cluster.refresh().await;
-            let line = format!("-ERR upstream {}\r\n", reason.replace(['\r', '\n'], " "));
+            let line = format!(
+                "-ERR upstream connection lost: {}\r\n",
+                reason.replace(['\r', '\n'], " ")
+            );
             s.out.extend_from_slice(line.as_bytes());
             let _ = s.wr.write_all(&s.out).await;
         }

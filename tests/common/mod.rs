@@ -955,6 +955,63 @@ pub fn guide_index(name: &str, prefix: &str) -> Vec<String> {
     a
 }
 
+/// SIGTERM while a request is in flight (a BLPOP that times out after 500 ms) on a memproxy of
+/// its own in front of `upstream`: the reply and the one queued behind it still come, then the
+/// process exits 0 and accepts no more (the same through single and cluster sessions).
+pub fn sigterm_finishes_in_flight_replies(upstream: &str) {
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            upstream,
+            "--log",
+            "warn",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stream = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) => {
+                assert!(Instant::now() < deadline, "memproxy did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut c = Raw {
+        stream: std::io::BufReader::new(stream),
+    };
+    c.send(b"PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    // A request in flight when the signal comes: Redis answers it after 500 ms.
+    let key = unique("sigterm");
+    c.send(
+        &[
+            encode(&[b"BLPOP", key.as_bytes(), b"0.5"]),
+            encode(&[b"PING"]),
+        ]
+        .concat(),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    assert_eq!(c.read_str(), "*-1\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "no longer accepting"
+    );
+}
+
 /// A request Redis's reader would refuse gets Redis's own protocol error, after the replies of the
 /// requests before it, and the connection closes: the same through single and cluster sessions
 /// (issue 37: cluster mode answered with memproxy's own words).
