@@ -5,6 +5,8 @@
 #  - MEM.REMEMBER and MEM.RECALL through memproxy: throughput and p50 at c 8, users spread over
 #    the masters (USER u<random>), every text new (no embedding cache hits).
 # Each cell about SECONDS_PER_CELL (default 2) long; only ratios within one run count.
+# COMPARE_BIN=/path/to/an/older/memproxy adds, beside each passthrough cell, the same load through
+# that binary (started on the same cluster), so a change is measured against its parent in one run.
 # Needs redis-benchmark and redis-cli (Debian redis-tools; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,6 +88,12 @@ for n in 1 3; do
   ./target/release/memproxy --listen "127.0.0.1:$mp" --upstream "redis://127.0.0.1:${ports[0]}" --log warn &
   PIDS+=($!)
   wait_ping "$mp"
+  if [ -n "${COMPARE_BIN:-}" ]; then
+    old=$(port)
+    "$COMPARE_BIN" --listen "127.0.0.1:$old" --upstream "redis://127.0.0.1:${ports[0]}" --log warn &
+    PIDS+=($!)
+    wait_ping "$old"
+  fi
   for t in set get; do
     # One master serves every slot: plain redis-benchmark is the cluster client there (its
     # --cluster mode cannot read the empty host a lone node announces).
@@ -94,6 +102,10 @@ for n in 1 3; do
     echo "| $n | $t c 50 × P 16 | redis-benchmark --cluster, straight to the masters | $base | $base_p50 | 1.00 |"
     read -r r p50 <<<"$(bench "$mp" -t "$t" -r 100000 -c 50 -P 16)"
     echo "| $n | $t c 50 × P 16 | through memproxy | $r | $p50 | $(python3 -c "print('%.2f' % (float('$r') / float('$base')))") |"
+    if [ -n "${COMPARE_BIN:-}" ]; then
+      read -r r p50 <<<"$(bench "$old" -t "$t" -r 100000 -c 50 -P 16)"
+      echo "| $n | $t c 50 × P 16 | through COMPARE_BIN | $r | $p50 | $(python3 -c "print('%.2f' % (float('$r') / float('$base')))") |"
+    fi
   done
   read -r r p50 <<<"$(bench_mem "$mp" MEM.REMEMBER "Note __rand_int__: the user's garden needs water on day __rand_int__" USER "u__rand_int__" NODEDUP)"
   echo "| $n | MEM.REMEMBER c 8 | through memproxy | $r | $p50 | |"

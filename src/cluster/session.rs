@@ -138,6 +138,8 @@ struct Session {
     cbuf: BytesMut,
     framer: Framer,
     nodes: Nodes,
+    /// Plain requests waiting to go out (kept between batches for its buffers).
+    run: Run,
     /// The master keyless commands go to: the first the client used.
     home: Option<String>,
     /// Connection-state commands that succeeded, replayed on every connection opened later.
@@ -176,6 +178,7 @@ pub async fn serve(
         cbuf: BytesMut::with_capacity(16 * 1024),
         framer: Framer::default(),
         nodes: Nodes::default(),
+        run: Run::default(),
         home: None,
         setup: Vec::new(),
         state: ClientState::default(),
@@ -211,7 +214,7 @@ impl Session {
     async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Stop {
         loop {
             // Every complete request in the buffer, in order, each as the bytes the client sent.
-            let mut reqs: Vec<(Range<usize>, Request)> = Vec::new();
+            let mut reqs: Vec<(Range<usize>, Request)> = Vec::with_capacity(32);
             let mut end = 0;
             let mut stop = None;
             loop {
@@ -295,7 +298,8 @@ impl Session {
         bytes: Bytes,
         reqs: Vec<(Range<usize>, Request)>,
     ) -> Result<(), Stop> {
-        let mut run = Run::default();
+        // Reused from batch to batch (its masters stay known, its buffers keep their room).
+        let mut run = std::mem::take(&mut self.run);
         let mut topo = self.cluster.topology();
         let mut view: Vec<&[u8]> = Vec::with_capacity(8);
         for (raw, req) in &reqs {
@@ -403,7 +407,9 @@ impl Session {
                 self.out.truncate(mark);
             }
         }
-        self.plain_run(&bytes, &mut run).await
+        self.plain_run(&bytes, &mut run).await?;
+        self.run = run;
+        Ok(())
     }
 
     /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.
@@ -654,7 +660,8 @@ impl Session {
         for ((raw, _, silent), reply) in reqs.iter().skip(done).zip(held) {
             self.pass_on(&bytes[raw.clone()], reply, *silent).await?;
         }
-        run.masters.clear();
+        run.reqs = reqs;
+        run.reqs.clear();
         Ok(())
     }
 
