@@ -112,7 +112,7 @@ impl<'e> Migration<'e> {
                 engine,
                 link,
                 cluster,
-                target: format!("{index}.migrated"),
+                target: Keyspace::migration_target(&index),
                 state: Keyspace::migration(&index),
                 index,
             });
@@ -168,7 +168,7 @@ impl<'e> Migration<'e> {
     }
 
     async fn info(&mut self, index: &str) -> MemResult<Option<Value>> {
-        match self.call(&["FT.INFO", index]).await {
+        match self.call_spec(Keyspace::index_info(index)).await {
             Ok(v) => Ok(Some(v)),
             Err(e) if e.is_missing_index() => Ok(None),
             Err(e) => Err(e),
@@ -265,14 +265,9 @@ impl<'e> Migration<'e> {
         }
         let target = self.target.clone();
         if self.info(&target).await?.is_none() {
-            let mut create = vec!["FT.CREATE".to_string()];
-            create.extend(schema::create_args(
-                &target,
-                &prefix,
-                self.engine.store.dim(),
-            ));
-            let create: Vec<&str> = create.iter().map(String::as_str).collect();
-            self.call(&create).await?;
+            let dim = self.engine.store.dim();
+            self.call_spec(Keyspace::index_create(&target, &prefix, dim))
+                .await?;
         }
         self.indexed(&target, progress).await?;
         self.set(&[("step", "built")]).await
@@ -295,9 +290,8 @@ impl<'e> Migration<'e> {
         let mut cursor = "0".to_string();
         let mut done = 0;
         loop {
-            let pattern = format!("{}*", crate::store::keyspace::glob_escape(from));
             let page = self
-                .call(&["SCAN", &cursor, "MATCH", &pattern, "COUNT", "1000"])
+                .call_spec(Keyspace::prefix_scan(from, &cursor, 1000))
                 .await?;
             let a = array(&page);
             cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
@@ -311,7 +305,7 @@ impl<'e> Migration<'e> {
             for batch in keys.chunks(COPY_BATCH) {
                 let mut cmds = Vec::new();
                 for k in batch {
-                    let dest = format!("{to}{}", &k[from.len()..]);
+                    let dest = Keyspace::under_prefix(k, from, to);
                     let slot = |k: &str| crate::cluster::slot::slot(k.as_bytes());
                     if self.cluster && slot(k) != slot(&dest) {
                         return Err(err(format!(
@@ -451,11 +445,11 @@ impl<'e> Migration<'e> {
                 .and_then(text)
                 .unwrap_or_default();
             if name == index {
-                self.call(&["FT.DROPINDEX", &index]).await?;
+                self.call_spec(Keyspace::index_drop(&index)).await?;
             }
         }
         if self.info(&index).await?.is_none() {
-            self.call(&["FT.ALIASADD", &index, &target]).await?;
+            self.call_spec(Keyspace::alias_add(&index, &target)).await?;
         }
         self.set(&[("step", "switched")]).await?;
         self.engine.store.index_lost();
@@ -473,18 +467,16 @@ impl<'e> Migration<'e> {
                 .and_then(text)
                 .unwrap_or_default();
             if name != index {
-                self.call(&["FT.ALIASDEL", &index]).await?;
+                self.call_spec(Keyspace::alias_del(&index)).await?;
             }
         }
         if self.info(&index).await?.is_none() {
-            let mut create = vec!["FT.CREATE"];
-            create.extend(source.iter().map(String::as_str));
-            self.call(&create).await?;
+            self.call_spec(Keyspace::index_create_with(&source)).await?;
         }
         // The original index indexes its documents again in the background: wait for it.
         self.indexed(&index, &mut |_, _, _| {}).await?;
         if self.info(&target).await?.is_some() {
-            self.call(&["FT.DROPINDEX", &target]).await?;
+            self.call_spec(Keyspace::index_drop(&target)).await?;
         }
         let copies = Keyspace::migration_copies(&self.state);
         loop {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
-use crate::store::keyspace::cmd;
+use crate::store::keyspace::{cmd, Keyspace};
 use crate::store::memory::ScopeKeys;
 use crate::store::{ModelStamp, PROBE, SAME_MODEL};
 
@@ -39,7 +39,7 @@ pub async fn reembed(
     for (keys, addr, node) in places {
         let mut link = addr.admin(timeout).await?;
         link.node = node;
-        let info = crate::store::scripts::ok(link.call1(cmd(&["FT.INFO", &keys.index])).await?)?;
+        let info = crate::store::scripts::ok(link.call1(Keyspace::index_info(&keys.index)).await?)?;
         total += crate::store::value::field(crate::store::value::array(&info), "num_docs")
             .and_then(|v| crate::store::value::text(v).and_then(|t| t.parse::<usize>().ok()))
             .unwrap_or(0);

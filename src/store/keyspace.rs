@@ -425,6 +425,67 @@ impl Keyspace {
         format!("{state}:copies")
     }
 
+    /// The index a migration of `index` builds (the configured name becomes its alias).
+    pub fn migration_target(index: &str) -> String {
+        format!("{index}.migrated")
+    }
+
+    /// A page of the keys under `prefix` (`SCAN cursor MATCH prefix* COUNT n`).
+    pub fn prefix_scan(prefix: &str, cursor: &str, count: usize) -> Spec {
+        let pattern = format!("{}*", glob_escape(prefix));
+        cmd(&[
+            "SCAN",
+            cursor,
+            "MATCH",
+            &pattern,
+            "COUNT",
+            &count.to_string(),
+        ])
+    }
+
+    /// `key` (under `from`) moved under the prefix `to`.
+    pub fn under_prefix(key: &str, from: &str, to: &str) -> String {
+        format!("{to}{}", key.strip_prefix(from).unwrap_or(key))
+    }
+
+    /// Whether the modules MEM.* need are loaded: `COMMAND INFO` of one command of each (a nil
+    /// entry for a missing one).
+    pub fn modules_present() -> Spec {
+        cmd(&["COMMAND", "INFO", "FT.SEARCH", "JSON.SET"])
+    }
+
+    /// `FT.INFO index` (an alias is followed to its index).
+    pub fn index_info(index: &str) -> Spec {
+        cmd(&["FT.INFO", index])
+    }
+
+    /// `FT.CREATE` of memproxy's memory index over `prefix` (the schema: [`super::schema`]).
+    pub fn index_create(index: &str, prefix: &str, dim: usize) -> Spec {
+        Self::index_create_with(&super::schema::create_args(index, prefix, dim))
+    }
+
+    /// `FT.CREATE` with these arguments (an index's own, read back from `FT.INFO`: a rollback).
+    pub fn index_create_with(args: &[String]) -> Spec {
+        let mut c = cmd(&["FT.CREATE"]);
+        c.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+        c
+    }
+
+    /// `FT.DROPINDEX index` (its documents stay).
+    pub fn index_drop(index: &str) -> Spec {
+        cmd(&["FT.DROPINDEX", index])
+    }
+
+    /// `FT.ALIASADD alias index`: the configured name reaches a migrated index.
+    pub fn alias_add(alias: &str, index: &str) -> Spec {
+        cmd(&["FT.ALIASADD", alias, index])
+    }
+
+    /// `FT.ALIASDEL alias`.
+    pub fn alias_del(alias: &str) -> Spec {
+        cmd(&["FT.ALIASDEL", alias])
+    }
+
     /// A page of the scope's memories, newest first.
     pub fn list(&self, scope: &Scope, offset: usize, count: usize) -> Spec {
         let (o, c) = (offset.to_string(), count.to_string());

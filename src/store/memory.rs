@@ -823,10 +823,7 @@ impl Store {
         if self.cluster().is_some() {
             return self.cluster_stats().await;
         }
-        let cmd = vec![
-            b"FT.INFO".to_vec(),
-            self.site(link).keys.index.clone().into_bytes(),
-        ];
+        let cmd = Keyspace::index_info(&self.site(link).keys.index);
         let info = indexed!(self, link, ok(link.call1(cmd.clone()).await?))?;
         Ok(index_counts(&info))
     }
@@ -837,7 +834,9 @@ impl Store {
         let (mut docs, mut failures) = (0, 0);
         for site in self.all_sites() {
             self.ready_at(&site).await?;
-            let info = ok(self.admin1(&site, &["FT.INFO", &site.keys.index]).await?)?;
+            let info = ok(self
+                .admin_one(&site, Keyspace::index_info(&site.keys.index))
+                .await?)?;
             let (d, f) = index_counts(&info);
             docs += d;
             failures += f;

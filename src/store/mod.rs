@@ -281,11 +281,12 @@ impl Store {
     }
 
     pub(crate) async fn admin1(&self, site: &Site, args: &[&str]) -> MemResult<Value> {
-        Ok(self
-            .admin(site, &[keyspace::cmd(args)])
-            .await?
-            .pop()
-            .unwrap_or_default())
+        self.admin_one(site, keyspace::cmd(args)).await
+    }
+
+    /// One command (from [`Keyspace`]) on memproxy's own connection to `site`.
+    pub(crate) async fn admin_one(&self, site: &Site, spec: keyspace::Spec) -> MemResult<Value> {
+        Ok(self.admin(site, &[spec]).await?.pop().unwrap_or_default())
     }
 
     /// Every site's index is usable (single mode: the one index; cluster mode: each master's).
@@ -358,10 +359,7 @@ impl Store {
     }
 
     async fn ensure_index(&self, site: &Site) -> MemResult<()> {
-        let modules = scripts::ok(
-            self.admin1(site, &["COMMAND", "INFO", "FT.SEARCH", "JSON.SET"])
-                .await?,
-        )?;
+        let modules = scripts::ok(self.admin_one(site, Keyspace::modules_present()).await?)?;
         let present: Vec<bool> = value::array(&modules)
             .iter()
             .map(|v| !matches!(v, Value::Nil))
@@ -377,7 +375,7 @@ impl Store {
             ));
         }
         let (index, prefix) = (&site.keys.index, &site.keys.mem_prefix);
-        match scripts::ok(self.admin1(site, &["FT.INFO", index]).await?) {
+        match scripts::ok(self.admin_one(site, Keyspace::index_info(index)).await?) {
             Ok(v) => {
                 let windows = schema::check(&v, index, prefix, self.dim)
                     .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
@@ -386,10 +384,8 @@ impl Store {
             }
             Err(e) if e.is_missing_index() => {
                 tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
-                let mut create = vec!["FT.CREATE".to_string()];
-                create.extend(schema::create_args(index, prefix, self.dim));
-                let create: Vec<&str> = create.iter().map(String::as_str).collect();
-                match scripts::ok(self.admin1(site, &create).await?) {
+                let create = Keyspace::index_create(index, prefix, self.dim);
+                match scripts::ok(self.admin_one(site, create).await?) {
                     Ok(_) => site
                         .windows
                         .store(true, std::sync::atomic::Ordering::Relaxed),
