@@ -4,29 +4,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Value;
-
-fn spawn_proxy(port: u16, upstream: &str) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_memproxy"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--upstream",
-            upstream,
-            "--log",
-            "warn",
-        ])
-        .env("MEMPROXY_DEPS", deps())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
 
 fn until_serving(port: u16) -> Duration {
     let t = Instant::now();
@@ -54,7 +36,7 @@ fn until_serving(port: u16) -> Duration {
 fn a_killed_proxy_leaves_nothing_half_written_and_a_new_one_serves_at_once() {
     let redis = Redis::start(&[]);
     let port = free_port();
-    let mut proxy = spawn_proxy(port, &redis.url());
+    let mut proxy = spawn_memproxy(port, &redis.url());
     until_serving(port);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -148,7 +130,7 @@ fn a_killed_proxy_leaves_nothing_half_written_and_a_new_one_serves_at_once() {
     }
 
     // A new memproxy on the same port serves at once, and the data is there.
-    let mut again = spawn_proxy(port, &redis.url());
+    let mut again = spawn_memproxy(port, &redis.url());
     let took = until_serving(port);
     let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .unwrap()

@@ -470,6 +470,25 @@ impl ClusterNodes {
     }
 }
 
+/// memproxy as a process of its own on `port` in front of `upstream` (for tests that signal or
+/// kill it), its output discarded.
+pub fn spawn_memproxy(port: u16, upstream: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_memproxy"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            upstream,
+            "--log",
+            "warn",
+        ])
+        .env("MEMPROXY_DEPS", deps())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Run the binary with `args`; (success, stdout, stderr).
 pub fn memproxy(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_memproxy"));
@@ -960,33 +979,13 @@ pub fn guide_index(name: &str, prefix: &str) -> Vec<String> {
 /// process exits 0 and accepts no more (the same through single and cluster sessions).
 pub fn sigterm_finishes_in_flight_replies(upstream: &str) {
     let port = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memproxy"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--upstream",
-            upstream,
-            "--log",
-            "warn",
-        ])
-        .spawn()
-        .unwrap();
+    let mut child = spawn_memproxy(port, upstream);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let stream = loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) => {
-                assert!(Instant::now() < deadline, "memproxy did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut c = Raw {
-        stream: std::io::BufReader::new(stream),
-    };
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "memproxy did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = Raw::connect(SocketAddr::from(([127, 0, 0, 1], port)));
     c.send(b"PING\r\n");
     assert_eq!(c.read_str(), "+PONG\r\n");
     // A request in flight when the signal comes: Redis answers it after 500 ms.
@@ -1007,7 +1006,7 @@ pub fn sigterm_finishes_in_flight_replies(upstream: &str) {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
         "no longer accepting"
     );
 }
