@@ -574,7 +574,7 @@ impl Config {
         {
             return bad("listen", format!("{:?} is not host:port", self.listen));
         }
-        if let Err(e) = crate::upstream::UpstreamAddr::from_config(self) {
+        if let Err(e) = self.upstream_addr() {
             return bad("upstream", e);
         }
         if !(self.consolidate_redis_share > 0.0 && self.consolidate_redis_share <= 1.0) {
@@ -716,7 +716,7 @@ impl Config {
             return bad("embed_graph_optimization", "must be 0, 1, 2 or 3".into());
         }
         if let Some(p) = &self.pooling {
-            if let Err(e) = crate::embed::layout::Pooling::parse_list(p) {
+            if let Err(e) = Pooling::parse_list(p) {
                 return bad("pooling", e);
             }
         }
@@ -779,12 +779,25 @@ impl Config {
         Ok(())
     }
 
+    /// The upstream's address, as `upstream` and the sentinel and TLS settings say.
+    pub fn upstream_addr(&self) -> Result<crate::upstream::UpstreamAddr, String> {
+        crate::upstream::UpstreamAddr::new(&crate::upstream::UpstreamSettings {
+            url: self.upstream.clone(),
+            sentinel_user: self.sentinel_user.clone(),
+            sentinel_password: self.sentinel_password.clone(),
+            tls_insecure: self.tls_insecure,
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+        })
+    }
+
     /// The embeddings endpoint, when `embedder` names one (`None`: the local model); an error
     /// says why the setting is not one.
     pub fn endpoint(&self) -> Result<Option<url::Url>, String> {
         match self.embedder.as_deref().map(str::trim) {
             None | Some("") | Some("local") => Ok(None),
-            Some(s) => crate::embed::remote::parse_base(s).map(Some),
+            Some(s) => parse_endpoint(s).map(Some),
         }
     }
 
@@ -829,6 +842,119 @@ fn overlay(base: &mut serde_json::Value, top: serde_json::Value) {
             }
         }
     }
+}
+
+/// One way of pooling token embeddings (sentence-transformers' `Pooling` modes), in the order
+/// sentence-transformers concatenates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pooling {
+    /// The first token's embedding.
+    Cls,
+    /// The element-wise maximum over the text's tokens.
+    Max,
+    /// The mean over the text's tokens.
+    Mean,
+    /// The sum over the text's tokens divided by the square root of their count.
+    MeanSqrtLen,
+    /// The mean weighted by position (1, 2, …).
+    WeightedMean,
+    /// The last token of the text.
+    LastToken,
+}
+
+/// `(name, its key in 1_Pooling/config.json, mode)`.
+pub const POOLING_MODES: [(&str, &str, Pooling); 6] = [
+    ("cls", "pooling_mode_cls_token", Pooling::Cls),
+    ("max", "pooling_mode_max_tokens", Pooling::Max),
+    ("mean", "pooling_mode_mean_tokens", Pooling::Mean),
+    (
+        "mean_sqrt_len_tokens",
+        "pooling_mode_mean_sqrt_len_tokens",
+        Pooling::MeanSqrtLen,
+    ),
+    (
+        "weightedmean",
+        "pooling_mode_weightedmean_tokens",
+        Pooling::WeightedMean,
+    ),
+    ("lasttoken", "pooling_mode_lasttoken", Pooling::LastToken),
+];
+
+impl Pooling {
+    pub fn name(self) -> &'static str {
+        POOLING_MODES
+            .iter()
+            .find(|m| m.2 == self)
+            .map_or("", |m| m.0)
+    }
+
+    /// A `pooling` setting: one mode (`mean`, `cls`, `max`, `lasttoken`, `weightedmean`,
+    /// `mean_sqrt_len_tokens`) or several joined by `+` (concatenated), as sentence-transformers
+    /// names them.
+    pub fn parse_list(s: &str) -> Result<Vec<Pooling>, String> {
+        let mut out = Vec::new();
+        for part in s.split('+') {
+            let p = part.trim().to_ascii_lowercase();
+            let mode = match p.as_str() {
+                "last_token" | "last" => Some(Pooling::LastToken),
+                "mean_sqrt_len" => Some(Pooling::MeanSqrtLen),
+                _ => POOLING_MODES.iter().find(|m| m.0 == p).map(|m| m.2),
+            };
+            match mode {
+                Some(m) if !out.contains(&m) => out.push(m),
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "{part:?} is not a pooling mode (cls, mean, max, lasttoken, weightedmean, mean_sqrt_len_tokens; several joined by +)"
+                    ))
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Modes joined by `+`, as sentence-transformers prints them.
+    pub fn describe(modes: &[Pooling]) -> String {
+        modes.iter().map(|m| m.name()).collect::<Vec<_>>().join("+")
+    }
+}
+
+/// Check `embedder` as a base URL: `http://` or `https://`, a host, no credentials.
+pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
+    let example = "e.g. https://api.openai.com/v1 or http://127.0.0.1:8080/v1";
+    let url = url::Url::parse(s).map_err(|e| {
+        format!("{s:?} is neither local nor an endpoint's base URL ({example}): {e}")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{s:?}: write the endpoint's base URL with http:// or https:// ({example}); memproxy POSTs to <base>/embeddings"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{s:?} has no host ({example})"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "{}: no credentials in the URL; the key goes in the environment variable embedder_api_key_env names",
+            endpoint_display(&url)
+        ));
+    }
+    Ok(url)
+}
+
+/// The endpoint as errors and logs name it: scheme, host, port and path, without a trailing `/`
+/// (nor the query string).
+pub fn endpoint_display(url: &url::Url) -> String {
+    let host = match url.port() {
+        Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
+        None => url.host_str().unwrap_or_default().to_string(),
+    };
+    format!(
+        "{}://{host}{}",
+        url.scheme(),
+        url.path().trim_end_matches('/')
+    )
 }
 
 #[cfg(test)]

@@ -129,3 +129,13 @@ impl From<redis::RedisError> for MemError {
 }
 
 pub type MemResult<T> = Result<T, MemError>;
+
+/// A reply, or the Redis error it is.
+pub fn ok(v: redis::Value) -> MemResult<redis::Value> {
+    match v {
+        redis::Value::ServerError(e) => {
+            Err(MemError::from_server(e.code(), e.details().unwrap_or("")))
+        }
+        v => Ok(v),
+    }
+}

@@ -1,45 +1,41 @@
 //! memproxy: a Redis-protocol proxy that gives AI agents a memory.
 //!
+//! The tree is the data path:
+//!
 //! ```text
-//! client ──RESP──▶ server (accept, limits, shutdown)
-//!                    └─▶ conn: one reader/writer pair per client
-//!                          ├─ ordinary → upstream (this client's own socket), original bytes
-//!                          └─ MEM.*    → mem::Command::parse → apply(engine) → reply in its slot
-//! mem::apply ──▶ embed (handle → bounded queue → model threads, batching, cache)
-//!            └─▶ store (keys, schema, queries, escaping, ranking; scripts on the client's own
-//!                connection) ──▶ upstream
+//! client ──RESP──▶ proxy::server (accept, limits, shutdown)
+//!                    ├─ proxy::single: one upstream connection per client
+//!                    └─ proxy::cluster: one connection per master, routed by proxy::route
+//!                         ├─ ordinary → upstream, original bytes
+//!                         └─ MEM.*    → mem::dispatch (parse once, route by user) → mem::<verb>
+//! mem::<verb> ──▶ embed (handle → bounded queue → model threads, batching, cache)
+//!             └─▶ store (keys, schema, queries, escaping, ranking; scripts on the client's own
+//!                 connection) ──▶ upstream (address, tls, link, sentinel, cluster) ──▶ resp
 //! ```
 //!
-//! Module map: [`config`] settings; [`error`] MEM.* errors by fault; [`server`] accept loop;
-//! [`conn`] a client session; [`upstream`] the client's upstream socket; [`resp`] wire format;
-//! [`engine`] shared state of MEM.*; [`mem`] the verbs; [`store`] everything that touches Redis
-//! data; [`embed`] the model.
+//! Beside the path: [`config`] settings; [`error`] errors tagged by the side at fault;
+//! [`engine`] the state MEM.* share; [`http`] metrics, demo and MCP (through
+//! [`mem::verbs`]); [`ops`] the operator's subcommands and the background consolidator;
+//! [`metrics`] the Prometheus registry.
 
-pub mod cluster;
 pub mod config;
-pub mod conn;
-pub mod consolidator;
 pub mod embed;
 pub mod engine;
 pub mod error;
-pub mod export;
 pub mod http;
 pub mod mem;
 pub mod metrics;
-pub mod migrate;
-pub mod reembed;
+pub mod ops;
+pub mod proxy;
 pub mod resp;
-pub mod sentinel;
-pub mod server;
 pub mod store;
 pub mod upstream;
-pub mod verbs;
 
 use std::sync::Arc;
 
 pub use config::Config;
 pub use engine::Engine;
-pub use server::Server;
+pub use proxy::server::{self, Server};
 
 /// Why memproxy could not start serving.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +86,7 @@ pub async fn run(
     };
     let consolidator = (cfg.consolidate_interval_seconds > 0).then(|| {
         let e = engine.clone();
-        tokio::spawn(async move { e.consolidator.run_forever(&e).await })
+        tokio::spawn(async move { ops::consolidator::run_forever(&e).await })
     });
     let server = Server::bind(engine)
         .await

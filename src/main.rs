@@ -64,7 +64,7 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                         .with_context(|| format!("unknown kind '{k}' (episodic or semantic)"))?,
                 ),
             };
-            let sel = memproxy::export::Selection {
+            let sel = memproxy::ops::export::Selection {
                 user,
                 namespace: ns,
                 kind,
@@ -75,11 +75,11 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                     let file = std::fs::File::create(&path)
                         .with_context(|| format!("cannot write {}", path.display()))?;
                     let mut w = std::io::BufWriter::new(file);
-                    memproxy::export::export(&engine, &sel, &mut w).await?
+                    memproxy::ops::export::export(&engine, &sel, &mut w).await?
                 }
                 None => {
                     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-                    memproxy::export::export(&engine, &sel, &mut w).await?
+                    memproxy::ops::export::export(&engine, &sel, &mut w).await?
                 }
             };
             eprintln!("export: {n} memories");
@@ -89,13 +89,13 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
             stop_after,
         } => {
             if rollback {
-                memproxy::migrate::rollback(&engine).await?;
+                memproxy::ops::migrate::rollback(&engine).await?;
                 eprintln!("migrate: rolled back to the original index");
                 return Ok(());
             }
             if let Some(s) = &stop_after {
                 anyhow::ensure!(
-                    memproxy::migrate::STEPS[..3].contains(&s.as_str()),
+                    memproxy::ops::migrate::STEPS[..3].contains(&s.as_str()),
                     "--stop-after takes baseline, built or verified"
                 );
             }
@@ -108,8 +108,8 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                 }
                 None => eprintln!("migrate: {what}: {done}/{total}"),
             };
-            let done =
-                memproxy::migrate::migrate(&engine, stop_after.as_deref(), &mut report).await?;
+            let done = memproxy::ops::migrate::migrate(&engine, stop_after.as_deref(), &mut report)
+                .await?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
@@ -121,7 +121,7 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
         Sub::Reembed => {
             let bar = progress_bar();
             let mut last = 0;
-            let done = memproxy::reembed::reembed(&engine, |examined, total| match &bar {
+            let done = memproxy::ops::reembed::reembed(&engine, |examined, total| match &bar {
                 Some(b) => {
                     b.set_length(total.max(examined) as u64);
                     b.set_position(examined as u64);
@@ -150,11 +150,11 @@ async fn subcommand(cfg: Config, sub: Sub) -> anyhow::Result<()> {
                     let f = std::fs::File::open(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
                     let f = std::io::BufReader::new(f);
-                    memproxy::export::import(&engine, f, trust_embeddings).await?
+                    memproxy::ops::export::import(&engine, f, trust_embeddings).await?
                 }
                 None => {
                     let stdin = std::io::stdin().lock();
-                    memproxy::export::import(&engine, stdin, trust_embeddings).await?
+                    memproxy::ops::export::import(&engine, stdin, trust_embeddings).await?
                 }
             };
             for (line, e) in &report.failed {
@@ -203,8 +203,10 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     let upstream = redact(&cfg.upstream);
     memproxy::run(cfg, shutdown_signal(), |bound| {
         let hint = match &bound {
-            memproxy::server::Bound::Tcp(a) => format!("redis-cli -h {} -p {}", a.ip(), a.port()),
-            memproxy::server::Bound::Unix(p) => format!("redis-cli -s {}", p.display()),
+            memproxy::proxy::server::Bound::Tcp(a) => {
+                format!("redis-cli -h {} -p {}", a.ip(), a.port())
+            }
+            memproxy::proxy::server::Bound::Unix(p) => format!("redis-cli -s {}", p.display()),
         };
         tracing::info!(addr = %bound, %upstream, "memproxy ready; connect with: {hint}");
     })

@@ -25,78 +25,8 @@ use serde_json::Value;
 
 use super::EmbedError;
 
-/// One way of pooling token embeddings (sentence-transformers' `Pooling` modes), in the order
-/// sentence-transformers concatenates them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Pooling {
-    /// The first token's embedding.
-    Cls,
-    /// The element-wise maximum over the text's tokens.
-    Max,
-    /// The mean over the text's tokens.
-    Mean,
-    /// The sum over the text's tokens divided by the square root of their count.
-    MeanSqrtLen,
-    /// The mean weighted by position (1, 2, …).
-    WeightedMean,
-    /// The last token of the text.
-    LastToken,
-}
-
-/// `(name, its key in 1_Pooling/config.json, mode)`.
-const MODES: [(&str, &str, Pooling); 6] = [
-    ("cls", "pooling_mode_cls_token", Pooling::Cls),
-    ("max", "pooling_mode_max_tokens", Pooling::Max),
-    ("mean", "pooling_mode_mean_tokens", Pooling::Mean),
-    (
-        "mean_sqrt_len_tokens",
-        "pooling_mode_mean_sqrt_len_tokens",
-        Pooling::MeanSqrtLen,
-    ),
-    (
-        "weightedmean",
-        "pooling_mode_weightedmean_tokens",
-        Pooling::WeightedMean,
-    ),
-    ("lasttoken", "pooling_mode_lasttoken", Pooling::LastToken),
-];
-
-impl Pooling {
-    pub fn name(self) -> &'static str {
-        MODES.iter().find(|m| m.2 == self).map_or("", |m| m.0)
-    }
-
-    /// A `pooling` setting: one mode (`mean`, `cls`, `max`, `lasttoken`, `weightedmean`,
-    /// `mean_sqrt_len_tokens`) or several joined by `+` (concatenated), as sentence-transformers
-    /// names them.
-    pub fn parse_list(s: &str) -> Result<Vec<Pooling>, String> {
-        let mut out = Vec::new();
-        for part in s.split('+') {
-            let p = part.trim().to_ascii_lowercase();
-            let mode = match p.as_str() {
-                "last_token" | "last" => Some(Pooling::LastToken),
-                "mean_sqrt_len" => Some(Pooling::MeanSqrtLen),
-                _ => MODES.iter().find(|m| m.0 == p).map(|m| m.2),
-            };
-            match mode {
-                Some(m) if !out.contains(&m) => out.push(m),
-                Some(_) => {}
-                None => {
-                    return Err(format!(
-                        "{part:?} is not a pooling mode (cls, mean, max, lasttoken, weightedmean, mean_sqrt_len_tokens; several joined by +)"
-                    ))
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    /// Modes joined by `+`, as sentence-transformers prints them.
-    pub fn describe(modes: &[Pooling]) -> String {
-        modes.iter().map(|m| m.name()).collect::<Vec<_>>().join("+")
-    }
-}
+pub use crate::config::Pooling;
+use crate::config::POOLING_MODES;
 
 /// Settings that replace what the model's files say (`None`: read the files).
 #[derive(Debug, Clone, Default)]
@@ -237,7 +167,7 @@ fn pooling_config(file: &Path) -> Result<Option<(Vec<Pooling>, bool)>, EmbedErro
     if !v.is_object() {
         return Err(malformed(file, "not an object"));
     }
-    let modes: Vec<Pooling> = MODES
+    let modes: Vec<Pooling> = POOLING_MODES
         .iter()
         .filter(|m| v[m.1].as_bool() == Some(true))
         .map(|m| m.2)

@@ -27,6 +27,10 @@ pub mod tokenize;
 pub mod windows;
 pub mod worker;
 
+/// The sentence a model's identity is read from (the store keeps its embedding as the index's
+/// model stamp).
+pub const PROBE: &str = "memproxy model probe: the quick brown fox jumps over the lazy dog.";
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -169,7 +173,7 @@ impl Embedder {
     }
 
     /// Serve with an embeddings endpoint (`remote`) in `embed_workers` threads (each has one
-    /// request in flight). The model probe (`store::PROBE`, as a document) is asked for first: it
+    /// request in flight). The model probe ([`PROBE`], as a document) is asked for first: it
     /// tells the dimension, fails start-up with one line naming the endpoint when the endpoint
     /// cannot answer, and is cached for the index's model stamp.
     pub fn start_remote(cfg: &Config, settings: remote::Settings) -> Result<Embedder, EmbedError> {
@@ -188,7 +192,7 @@ impl Embedder {
             query: cfg.query_prompt.clone().unwrap_or_default(),
             document: cfg.document_prompt.clone().unwrap_or_default(),
         };
-        let probe = format!("{}{}", prompts.document, crate::store::PROBE);
+        let probe = format!("{}{}", prompts.document, PROBE);
         let vector = endpoint.embed(&[&probe])?.remove(0);
         let ep = endpoint.clone();
         let factory: worker::Factory =

@@ -46,42 +46,7 @@ const MAX_CAUSE: usize = 300;
 /// Most characters of an error line after `embedder <endpoint> `.
 const MAX_LINE: usize = 800;
 
-/// Check `embedder` as a base URL: `http://` or `https://`, a host, no credentials.
-pub fn parse_base(s: &str) -> Result<url::Url, String> {
-    let example = "e.g. https://api.openai.com/v1 or http://127.0.0.1:8080/v1";
-    let url = url::Url::parse(s).map_err(|e| {
-        format!("{s:?} is neither local nor an endpoint's base URL ({example}): {e}")
-    })?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "{s:?}: write the endpoint's base URL with http:// or https:// ({example}); memproxy POSTs to <base>/embeddings"
-        ));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{s:?} has no host ({example})"));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!(
-            "{}: no credentials in the URL; the key goes in the environment variable embedder_api_key_env names",
-            display(&url)
-        ));
-    }
-    Ok(url)
-}
-
-/// The endpoint as errors and logs name it: scheme, host, port and path, without a trailing `/`
-/// (nor the query string).
-pub fn display(url: &url::Url) -> String {
-    let host = match url.port() {
-        Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
-        None => url.host_str().unwrap_or_default().to_string(),
-    };
-    format!(
-        "{}://{host}{}",
-        url.scheme(),
-        url.path().trim_end_matches('/')
-    )
-}
+use crate::config::endpoint_display;
 
 /// `<base>/embeddings`, the base's query string kept (Azure's `?api-version=`).
 fn embeddings_url(base: &url::Url) -> url::Url {
@@ -210,7 +175,7 @@ impl Endpoint {
             .build();
         Endpoint {
             url: embeddings_url(&settings.base),
-            name: display(&settings.base),
+            name: endpoint_display(&settings.base),
             agent,
             breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
             dim: OnceLock::new(),
@@ -721,23 +686,24 @@ impl Model for RemoteModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::parse_endpoint;
 
     #[test]
     fn base_urls() {
-        let u = parse_base("https://api.openai.com/v1/").unwrap();
-        assert_eq!(display(&u), "https://api.openai.com/v1");
+        let u = parse_endpoint("https://api.openai.com/v1/").unwrap();
+        assert_eq!(endpoint_display(&u), "https://api.openai.com/v1");
         assert_eq!(
             embeddings_url(&u).as_str(),
             "https://api.openai.com/v1/embeddings"
         );
-        let u = parse_base("https://x.openai.azure.com/openai/v1?api-version=preview").unwrap();
-        assert_eq!(display(&u), "https://x.openai.azure.com/openai/v1");
+        let u = parse_endpoint("https://x.openai.azure.com/openai/v1?api-version=preview").unwrap();
+        assert_eq!(endpoint_display(&u), "https://x.openai.azure.com/openai/v1");
         assert_eq!(
             embeddings_url(&u).as_str(),
             "https://x.openai.azure.com/openai/v1/embeddings?api-version=preview"
         );
-        let u = parse_base("http://127.0.0.1:8080").unwrap();
-        assert_eq!(display(&u), "http://127.0.0.1:8080");
+        let u = parse_endpoint("http://127.0.0.1:8080").unwrap();
+        assert_eq!(endpoint_display(&u), "http://127.0.0.1:8080");
         assert_eq!(
             embeddings_url(&u).as_str(),
             "http://127.0.0.1:8080/embeddings"
@@ -748,10 +714,10 @@ mod tests {
             "127.0.0.1:8080/v1",
             "https://user:sk-secret@h/v1",
         ] {
-            let e = parse_base(bad).unwrap_err();
+            let e = parse_endpoint(bad).unwrap_err();
             assert!(!e.contains("sk-secret"), "{e}");
         }
-        assert!(parse_base("openai://h/v1")
+        assert!(parse_endpoint("openai://h/v1")
             .unwrap_err()
             .contains("http:// or https://"));
     }
@@ -793,7 +759,7 @@ mod tests {
             .unwrap()
             .port();
         Endpoint::new(Settings {
-            base: parse_base(&format!("http://127.0.0.1:{port}/v1")).unwrap(),
+            base: parse_endpoint(&format!("http://127.0.0.1:{port}/v1")).unwrap(),
             model: "m".into(),
             key: Some("sk-secret".into()),
             key_env: "K".into(),

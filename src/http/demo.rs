@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::{Fault, MemError};
-use crate::verbs::{VerbError, Verbs};
+use crate::mem::verbs::{VerbError, Verbs};
 
 /// The guide's eight example memories (`kind<TAB>text`), seeded by `/reset`.
 const SEED: &str = include_str!("seed-memories.tsv");

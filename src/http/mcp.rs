@@ -1,6 +1,6 @@
 //! MCP (Model Context Protocol) at `/mcp`, streamable HTTP transport (the official Rust SDK,
 //! `rmcp`): tools `remember`, `recall`, `forget`, `turn` and `session`. Each call becomes the
-//! matching MEM.* argument list and runs through [`crate::verbs::Verbs`], so its limits, errors
+//! matching MEM.* argument list and runs through [`crate::mem::verbs::Verbs`], so its limits, errors
 //! and results are the verbs' own.
 //!
 //! Who may call: when `mcp_tokens` is set, a request needs `Authorization: Bearer <token>`
@@ -318,7 +318,7 @@ impl ServerHandler for MemTools {
         let args = to_args(&request.name, &call, &principal)?;
         // Bound to the token's user as a Redis connection is by `bind_scope_to_acl_user`: the
         // verbs refuse its sessions, threads and memories to any other user.
-        let outcome = match crate::verbs::Verbs::open(&self.engine, principal.0).await {
+        let outcome = match crate::mem::verbs::Verbs::open(&self.engine, principal.0).await {
             Ok(mut verbs) => verbs.run(args).await,
             Err(e) => Err(e),
         };

@@ -2,7 +2,7 @@
 //! is up), `/readyz` (upstream reachable, model loaded, index usable), the demo page and the
 //! guide demo's routes ([`demo`], unless `http_demo = false`) and MCP at `/mcp` ([`mcp`], unless
 //! `mcp = false`). Served with axum on the same runtime as the proxy. The demo and MCP run MEM.*
-//! verbs through [`crate::verbs`], the entry point Redis clients reach.
+//! verbs through [`crate::mem::verbs`], the entry point Redis clients reach.
 
 pub mod demo;
 pub mod mcp;

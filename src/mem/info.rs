@@ -49,7 +49,7 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
         ("session_key_prefix", Reply::text(&cfg.session_key_prefix)),
         ("event_key_prefix", Reply::text(&cfg.event_key_prefix)),
         ("consolidator", {
-            let c = engine.consolidator.stats();
+            let c = engine.consolidator.lock().expect("stats").clone();
             Reply::Map(vec![
                 (
                     "interval_seconds",

@@ -7,6 +7,7 @@
 pub mod args;
 pub mod catalog;
 pub mod consolidate;
+pub mod dispatch;
 pub mod durability;
 pub mod embed;
 pub mod events;
@@ -18,6 +19,9 @@ pub mod recall;
 pub mod remember;
 pub mod session;
 pub mod turn;
+pub mod verbs;
+
+pub use dispatch::Parsed;
 
 use crate::config::Config;
 use crate::engine::{ClientState, Engine};
@@ -119,7 +123,7 @@ impl Command {
             Command::Forget(forget::Forget::Id(id)) => Some(keys.memory(id)),
             _ => self
                 .scope_user()
-                .map(|u| format!("{{{}}}", crate::cluster::slot::user_tag(u))),
+                .map(|u| format!("{{{}}}", crate::upstream::cluster::slot::user_tag(u))),
         }
     }
 
@@ -141,7 +145,7 @@ impl Command {
         match self {
             Command::Ping => {
                 // Through to Redis, as the client: NOAUTH and friends come from there.
-                crate::store::scripts::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
+                crate::error::ok(link.call1(vec![b"PING".to_vec()]).await?)?;
                 Ok(Reply::Status("PONG"))
             }
             Command::Help => Ok(catalog::help()),

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 
 use super::keyspace::{Kind, Scope};
 use super::memory::{Retrieval, ScopeKeys};
-use super::value::{array, int, text};
 use super::Store;
 use crate::error::{MemError, MemResult};
+use crate::resp::read::{array, int, text};
 use crate::upstream::Link;
 
 /// KNN searches per script call (each a few hundred µs of Redis time).

@@ -2,9 +2,9 @@
 //! and `WAITAOF` for the AOF, on the client's own connection, within a bounded time.
 
 use super::keyspace::cmd;
-use super::scripts::ok;
-use super::value::{array, int};
+use crate::error::ok;
 use crate::error::{MemError, MemResult, UpstreamError};
+use crate::resp::read::{array, int};
 use crate::upstream::Link;
 
 /// The guarantee a write asks for: `replicas` replicas have it, and with `fsync` the primary's

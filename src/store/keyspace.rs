@@ -149,7 +149,11 @@ impl Keyspace {
     /// A fresh memory id for `user`: 12 hex digits, after `{<user's tag>}:` in cluster mode.
     pub fn new_memory_id(&self, user: &str) -> String {
         if self.tagged {
-            format!("{{{}}}:{}", crate::cluster::slot::user_tag(user), new_id())
+            format!(
+                "{{{}}}:{}",
+                crate::upstream::cluster::slot::user_tag(user),
+                new_id()
+            )
         } else {
             new_id()
         }
@@ -159,7 +163,10 @@ impl Keyspace {
     /// mode, the thread itself on one Redis.
     fn thread_part(&self, user: &str, thread: &str) -> String {
         if self.tagged {
-            format!("{{{}}}:{thread}", crate::cluster::slot::user_tag(user))
+            format!(
+                "{{{}}}:{thread}",
+                crate::upstream::cluster::slot::user_tag(user)
+            )
         } else {
             thread.to_string()
         }
@@ -173,7 +180,7 @@ impl Keyspace {
             format!(
                 "{}{{{}}}:",
                 self.mem_prefix,
-                crate::cluster::slot::user_tag(user)
+                crate::upstream::cluster::slot::user_tag(user)
             )
         })
     }

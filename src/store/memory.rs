@@ -5,10 +5,11 @@ use serde_json::json;
 
 use super::keyspace::{cmd, Keyspace, Kind, Scope, Spec};
 use super::rank;
-use super::scripts::{ok, push_spec};
-use super::value::{array, field, flat, float, int, text, ttl_from_pttl};
+use super::scripts::push_spec;
 use super::{now_ts, Site, Store};
+use crate::error::ok;
 use crate::error::{MemError, MemResult};
+use crate::resp::read::{array, field, flat, float, int, text, ttl_from_pttl};
 use crate::upstream::Link;
 
 /// Tries at a fresh id when a new memory's key already exists (48 random bits: a collision is

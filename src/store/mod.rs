@@ -42,7 +42,6 @@ pub mod rank;
 pub mod schema;
 pub mod scripts;
 pub mod session;
-pub mod value;
 pub mod when;
 
 use std::sync::Arc;
@@ -52,6 +51,7 @@ use redis::Value;
 
 use crate::config::Config;
 use crate::error::{MemError, MemResult};
+use crate::resp::read as value;
 use crate::upstream::{Link, UpstreamAddr};
 use keyspace::{Keyspace, Spec};
 use scripts::{push_search, Scripts};
@@ -116,7 +116,7 @@ pub struct Store {
     single: Arc<Site>,
     /// Cluster mode: each master's site, by `host:port`.
     sites: std::sync::Mutex<std::collections::HashMap<String, Arc<Site>>>,
-    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    cluster: std::sync::OnceLock<Arc<crate::upstream::cluster::Cluster>>,
     /// Scope filter → (when counted, more memories than the brute-force limit): see
     /// `Store::note_scope_size`.
     scope_sizes: std::sync::Mutex<std::collections::HashMap<String, (Instant, bool)>>,
@@ -124,7 +124,7 @@ pub struct Store {
     model: std::sync::OnceLock<ModelStamp>,
 }
 
-/// A model's identity: its name and its embedding of [`PROBE`]. Two models agree when their
+/// A model's identity: its name and its embedding of [`crate::embed::PROBE`]. Two models agree when their
 /// probes are within [`SAME_MODEL`] (the same graph on other hardware differs by ~1e-7; the
 /// int8 export of all-MiniLM-L6-v2 differs from the fp32 one by ~1e-3).
 #[derive(Debug, Clone)]
@@ -133,8 +133,6 @@ pub struct ModelStamp {
     pub probe: Vec<f32>,
 }
 
-/// The sentence a model's identity is read from.
-pub const PROBE: &str = "memproxy model probe: the quick brown fox jumps over the lazy dog.";
 /// Cosine distance under which two probes come from the same model.
 pub const SAME_MODEL: f64 = 1e-4;
 
@@ -142,7 +140,7 @@ impl Store {
     pub fn new(cfg: Arc<Config>, dim: usize) -> Result<Store, String> {
         let keys = Arc::new(Keyspace::new(&cfg));
         Ok(Store {
-            single: Arc::new(Site::new(keys.clone(), UpstreamAddr::from_config(&cfg)?)),
+            single: Arc::new(Site::new(keys.clone(), cfg.upstream_addr()?)),
             keys,
             dim,
             scripts: Scripts::new(),
@@ -156,7 +154,7 @@ impl Store {
 
     /// Cluster mode from now on (set once, at start): keys carry their user's hash tag and each
     /// master gets an index of its own.
-    pub fn set_cluster(&mut self, cluster: Arc<crate::cluster::Cluster>) {
+    pub fn set_cluster(&mut self, cluster: Arc<crate::upstream::cluster::Cluster>) {
         let mut keys = Keyspace::new(&self.cfg);
         keys.tagged = true;
         self.keys = Arc::new(keys);
@@ -164,7 +162,7 @@ impl Store {
     }
 
     /// The cluster, in cluster mode.
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+    pub fn cluster(&self) -> Option<&Arc<crate::upstream::cluster::Cluster>> {
         self.cluster.get()
     }
 
@@ -183,7 +181,7 @@ impl Store {
         let topology = cluster.topology();
         let serves = |name: &str| {
             topology
-                .master_of(crate::cluster::slot::slot(name.as_bytes()))
+                .master_of(crate::upstream::cluster::slot::slot(name.as_bytes()))
                 .is_some_and(|m| m == node)
         };
         let mut sites = self.sites.lock().expect("sites lock");
@@ -359,7 +357,7 @@ impl Store {
     }
 
     async fn ensure_index(&self, site: &Site) -> MemResult<()> {
-        let modules = scripts::ok(self.admin_one(site, Keyspace::modules_present()).await?)?;
+        let modules = crate::error::ok(self.admin_one(site, Keyspace::modules_present()).await?)?;
         let present: Vec<bool> = value::array(&modules)
             .iter()
             .map(|v| !matches!(v, Value::Nil))
@@ -375,7 +373,7 @@ impl Store {
             ));
         }
         let (index, prefix) = (&site.keys.index, &site.keys.mem_prefix);
-        match scripts::ok(self.admin_one(site, Keyspace::index_info(index)).await?) {
+        match crate::error::ok(self.admin_one(site, Keyspace::index_info(index)).await?) {
             Ok(v) => {
                 let windows = schema::check(&v, index, prefix, self.dim)
                     .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
@@ -385,7 +383,7 @@ impl Store {
             Err(e) if e.is_missing_index() => {
                 tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
                 let create = Keyspace::index_create(index, prefix, self.dim);
-                match scripts::ok(self.admin_one(site, create).await?) {
+                match crate::error::ok(self.admin_one(site, create).await?) {
                     Ok(_) => site
                         .windows
                         .store(true, std::sync::atomic::Ordering::Relaxed),
@@ -432,7 +430,7 @@ impl Store {
 
     async fn stamp_at(&self, site: &Site) -> MemResult<Option<ModelStamp>> {
         let key = site.keys.model_stamp();
-        let v = scripts::ok(self.admin1(site, &["HMGET", &key, "name", "probe"]).await?)?;
+        let v = crate::error::ok(self.admin1(site, &["HMGET", &key, "name", "probe"]).await?)?;
         let a = value::array(&v);
         let (Some(name), Some(probe)) = (
             a.first().and_then(value::text),
@@ -456,7 +454,7 @@ impl Store {
         let key = site.keys.model_stamp();
         let probe = serde_json::to_string(&model.probe).unwrap_or_default();
         let dim = model.probe.len().to_string();
-        scripts::ok(
+        crate::error::ok(
             self.admin1(
                 site,
                 &[
@@ -478,7 +476,7 @@ impl Store {
     /// Is the upstream answering memproxy's own connection now? (For readiness probes.)
     pub async fn ping(&self) -> MemResult<()> {
         for site in self.all_sites() {
-            scripts::ok(self.admin1(&site, &["PING"]).await?)?;
+            crate::error::ok(self.admin1(&site, &["PING"]).await?)?;
         }
         Ok(())
     }

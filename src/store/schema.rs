@@ -6,7 +6,7 @@
 
 use redis::Value;
 
-use super::value::{array, field, text};
+use crate::resp::read::{array, field, text};
 
 /// (JSON path, attribute, type) of every non-vector field.
 pub const FIELDS: [(&str, &str, &str); 7] = [

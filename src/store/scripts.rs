@@ -11,7 +11,7 @@
 
 use redis::Value;
 
-use crate::error::{MemError, MemResult};
+use crate::error::{ok, MemResult};
 use crate::upstream::{Cmd, Link};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -69,14 +69,6 @@ impl Script {
             }
         }
         ok(v)
-    }
-}
-
-/// A reply, or the Redis error it is.
-pub fn ok(v: Value) -> MemResult<Value> {
-    match v {
-        Value::ServerError(e) => Err(MemError::from_server(e.code(), e.details().unwrap_or(""))),
-        v => Ok(v),
     }
 }
 

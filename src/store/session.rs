@@ -4,10 +4,11 @@ use redis::Value;
 
 use super::keyspace::{cmd, Spec};
 use super::memory::{Hit, NewMemory, Recall, Remembered, ID_TRIES};
-use super::scripts::{ok, push_search, push_spec};
-use super::value::{array, flat, int, text, ttl_from_pttl};
+use super::scripts::{push_search, push_spec};
 use super::{now_ts, Store};
+use crate::error::ok;
 use crate::error::{MemError, MemResult};
+use crate::resp::read::{array, flat, int, text, ttl_from_pttl};
 use crate::upstream::Link;
 
 /// A session as MEM.SESSION GET returns it.
@@ -257,7 +258,7 @@ impl Store {
             .map(|entry| {
                 let e = array(entry);
                 let fields = e.get(1).map(array).unwrap_or_default();
-                let get = |n: &str| super::value::field(fields, n).and_then(text);
+                let get = |n: &str| crate::resp::read::field(fields, n).and_then(text);
                 Event {
                     id: e.first().and_then(text).unwrap_or_default(),
                     action: get("action").unwrap_or_default(),

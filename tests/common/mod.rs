@@ -586,8 +586,8 @@ impl Proxy {
                 },
                 move |bound| {
                     let addr = match bound {
-                        memproxy::server::Bound::Tcp(a) => a,
-                        memproxy::server::Bound::Unix(_) => "0.0.0.0:0".parse().unwrap(),
+                        memproxy::proxy::server::Bound::Tcp(a) => a,
+                        memproxy::proxy::server::Bound::Unix(_) => "0.0.0.0:0".parse().unwrap(),
                     };
                     let _ = tx.send(Ok(addr));
                 },

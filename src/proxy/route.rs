@@ -2,8 +2,8 @@
 //! merged, to every master, or handled by the session itself. The table in
 //! docs/ARCHITECTURE.md ("Redis Cluster") is this file in prose.
 
-use super::slot::slot;
-use super::topology::{Cluster, KeySpec};
+use crate::upstream::cluster::slot::slot;
+use crate::upstream::cluster::topology::{Cluster, KeySpec};
 
 /// What the session does with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

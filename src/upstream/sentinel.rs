@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use redis::Value;
 
-use crate::store::value::{array, text};
+use crate::resp::read::{array, text};
 use crate::upstream::{Link, ReplyMode};
 
 #[derive(Clone)]

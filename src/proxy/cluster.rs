@@ -3,7 +3,7 @@
 //! AUTH / HELLO / CLIENT SETNAME replayed on it), and sends each request where
 //! [`route`](super::route) says.
 //!
-//! Invariants (as in single mode, [`crate::conn`]):
+//! Invariants (as in single mode, [`crate::proxy::single`]):
 //! - every request that Redis would answer gets exactly one reply, in request order; requests
 //!   framed together are sent together (one write per master) and their replies taken in order;
 //! - ordinary requests and replies are forwarded byte for byte, except where a reply is merged
@@ -24,9 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
-use super::topology::Cluster;
 use crate::engine::{ClientState, Engine};
 use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
+use crate::upstream::cluster::topology::Cluster;
 use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
 
 /// Redirections followed for one request before its last reply is passed on.
@@ -923,7 +923,7 @@ impl Session {
         // Groups by slot, in order of first appearance; each item's group and place in it.
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let s = super::slot::slot(&item[0]);
+            let s = crate::upstream::cluster::slot::slot(&item[0]);
             match groups.iter_mut().find(|(g, _)| *g == s) {
                 Some((_, v)) => v.push(i),
                 None => groups.push((s, vec![i])),
@@ -1065,7 +1065,10 @@ impl Session {
     async fn tunnel(&mut self, args: Cmd, tail: &[u8]) -> Result<(), Stop> {
         let sharded = args[0].eq_ignore_ascii_case(b"ssubscribe");
         let node = match (sharded, args.get(1)) {
-            (true, Some(ch)) => match self.master_of(super::slot::slot(ch)).await {
+            (true, Some(ch)) => match self
+                .master_of(crate::upstream::cluster::slot::slot(ch))
+                .await
+            {
                 Some(n) => n,
                 None => self.home().await?,
             },
@@ -1165,7 +1168,7 @@ impl Session {
     async fn mem_on(
         &mut self,
         node: &str,
-        parsed: crate::engine::Parsed,
+        parsed: crate::mem::Parsed,
         asking: bool,
     ) -> Result<Reply, Stop> {
         let node = node.to_string();

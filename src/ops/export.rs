@@ -23,9 +23,9 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
+use crate::mem::verbs::Verbs;
 use crate::store::memory::ScopeKeys;
 use crate::store::{Kind, Scope};
-use crate::verbs::Verbs;
 
 /// Which memories to export: every one, or a user's (and namespace's, kind's).
 #[derive(Debug, Clone, Default)]

@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
+use crate::embed::PROBE;
 use crate::engine::Engine;
 use crate::error::{MemError, MemResult};
 use crate::store::keyspace::{cmd, Keyspace};
 use crate::store::memory::ScopeKeys;
-use crate::store::{ModelStamp, PROBE, SAME_MODEL};
+use crate::store::{ModelStamp, SAME_MODEL};
 
 /// Texts embedded concurrently (the embedder batches them).
 const CONCURRENT: usize = 32;
@@ -39,9 +40,9 @@ pub async fn reembed(
     for (keys, addr, node) in places {
         let mut link = addr.admin(timeout).await?;
         link.node = node;
-        let info = crate::store::scripts::ok(link.call1(Keyspace::index_info(&keys.index)).await?)?;
-        total += crate::store::value::field(crate::store::value::array(&info), "num_docs")
-            .and_then(|v| crate::store::value::text(v).and_then(|t| t.parse::<usize>().ok()))
+        let info = crate::error::ok(link.call1(Keyspace::index_info(&keys.index)).await?)?;
+        total += crate::resp::read::field(crate::resp::read::array(&info), "num_docs")
+            .and_then(|v| crate::resp::read::text(v).and_then(|t| t.parse::<usize>().ok()))
             .unwrap_or(0);
         links.push((keys, link));
     }
@@ -104,7 +105,7 @@ async fn reembed_index(
                 let n = writes.len();
                 for r in link.call(&writes).await? {
                     // A memory deleted meanwhile is fine (XX: nothing written).
-                    crate::store::scripts::ok(r)?;
+                    crate::error::ok(r)?;
                 }
                 // A memory deleted meanwhile makes its windows' JSON.SET fail: nothing to do.
                 if !windows.is_empty() {

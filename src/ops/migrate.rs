@@ -31,11 +31,11 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::engine::Engine;
+use crate::error::ok;
 use crate::error::{MemError, MemResult};
+use crate::resp::read::{array, field, text};
 use crate::store::keyspace::{cmd, Keyspace, Spec};
 use crate::store::schema;
-use crate::store::scripts::ok;
-use crate::store::value::{array, field, text};
 use crate::upstream::Link;
 
 /// Keys the baseline samples.
@@ -306,7 +306,7 @@ impl<'e> Migration<'e> {
                 let mut cmds = Vec::new();
                 for k in batch {
                     let dest = Keyspace::under_prefix(k, from, to);
-                    let slot = |k: &str| crate::cluster::slot::slot(k.as_bytes());
+                    let slot = |k: &str| crate::upstream::cluster::slot::slot(k.as_bytes());
                     if self.cluster && slot(k) != slot(&dest) {
                         return Err(err(format!(
                             "{k} would be copied to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
@@ -336,7 +336,7 @@ impl<'e> Migration<'e> {
         let copies = Keyspace::migration_copies(&self.state);
         let dim = self.engine.store.dim();
         let total =
-            crate::store::value::int(&self.call(&["SCARD", &copies]).await?).unwrap_or(0) as usize;
+            crate::resp::read::int(&self.call(&["SCARD", &copies]).await?).unwrap_or(0) as usize;
         let mut cursor = "0".to_string();
         let mut done = 0;
         loop {
@@ -425,7 +425,7 @@ impl<'e> Migration<'e> {
             let found = self.call_spec(Keyspace::count_in(&target, &keys)).await?;
             let found = array(&found)
                 .first()
-                .and_then(crate::store::value::int)
+                .and_then(crate::resp::read::int)
                 .unwrap_or(0);
             if found as usize != keys.len() {
                 return Err(err(format!(

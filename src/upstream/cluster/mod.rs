@@ -1,18 +1,14 @@
-//! Redis Cluster mode: memproxy in front of a cluster presents one plain Redis.
+//! The Redis Cluster behind memproxy: what is known of it, not how a session uses it
+//! ([`crate::proxy::cluster`] and [`crate::proxy::route`] do that).
 //!
 //! - [`slot`]: hash slots and hash tags (and the tag memproxy gives a user's keys);
 //! - [`topology`]: the slot map and the command table, learnt from the nodes and refreshed on
-//!   `MOVED`;
-//! - [`route`]: where each command goes (one master, split by slot, every master, or handled
-//!   here);
-//! - [`session`]: a client's session, with one connection per master it uses.
+//!   `MOVED`.
 //!
 //! Cluster mode is chosen at start: `cluster = true` forces it, `false` rules it out, and by
-//! default the upstream node is asked (`INFO cluster`). Single-Redis mode ([`crate::conn`]) is
+//! default the upstream node is asked (`INFO cluster`). Single-Redis mode ([`crate::proxy::single`]) is
 //! untouched by it.
 
-pub mod route;
-pub mod session;
 pub mod slot;
 pub mod topology;
 
@@ -29,6 +25,6 @@ pub async fn detect(addr: &UpstreamAddr, timeout: Duration) -> Option<bool> {
         .call1(vec![b"INFO".to_vec(), b"cluster".to_vec()])
         .await
         .ok()?;
-    let text = crate::store::value::text(&v)?;
+    let text = crate::resp::read::text(&v)?;
     Some(text.contains("cluster_enabled:1"))
 }

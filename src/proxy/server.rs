@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::conn;
+use super::single;
 use crate::engine::Engine;
 use crate::upstream::Stream;
 
@@ -116,8 +116,8 @@ impl Server {
                     let stop = stop_rx.clone();
                     conns.spawn(async move {
                         match engine.cluster.clone() {
-                            Some(c) => crate::cluster::session::serve(socket, engine, c, stop).await,
-                            None => conn::serve(socket, engine, stop).await,
+                            Some(c) => crate::proxy::cluster::serve(socket, engine, c, stop).await,
+                            None => single::serve(socket, engine, stop).await,
                         }
                         drop(permit);
                     });

@@ -1,5 +1,5 @@
 //! How callers inside the process (the HTTP demo routes, MCP, the `import` subcommand) run MEM.*
-//! verbs: as MEM.* argument lists through [`Engine::run`], the entry point a Redis client's
+//! verbs: as MEM.* argument lists through [`Engine::run_parsed`], the entry point a Redis client's
 //! MEM.* reaches, on one upstream connection of memproxy's own per [`Verbs`] (the `--upstream`
 //! URL's user and database). Nothing here remembers, recalls or dedups by itself; it only turns
 //! replies into JSON.

@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::slot::SLOTS;
 use crate::error::{MemError, MemResult};
-use crate::store::value as v;
+use crate::resp::read as v;
 use crate::upstream::{Link, UpstreamAddr};
 
 /// Shortest time between two slot-map refreshes (a burst of MOVED replies causes one).
@@ -177,8 +177,8 @@ impl Cluster {
         let (reply, asked) = self
             .admin_at(vec![b"CLUSTER".to_vec(), b"SLOTS".to_vec()])
             .await?;
-        let topology = Topology::parse(&crate::store::scripts::ok(reply)?, &asked)
-            .map_err(MemError::upstream)?;
+        let topology =
+            Topology::parse(&crate::error::ok(reply)?, &asked).map_err(MemError::upstream)?;
         tracing::debug!(masters = ?topology.masters, "slot map read");
         *self.map.write().expect("map lock") = Arc::new(topology);
         *self.refreshed.lock().expect("refresh lock") = Some(Instant::now());

@@ -1,0 +1,18 @@
+//! The Redis-facing side: accept clients and run their sessions.
+//!
+//! - [`server`]: the accept loop (TCP or unix), max clients, graceful shutdown; it starts a
+//!   [`single`] session in front of one Redis (or a Sentinel-monitored primary) and a
+//!   [`cluster`] session in front of a Redis Cluster;
+//! - [`single`]: a client's session with its own upstream connection: original bytes both ways,
+//!   MEM.* run on that connection in the request's reply slot;
+//! - [`cluster`]: a client's session with one connection per master it uses, requests routed by
+//!   [`route`];
+//! - [`route`]: the table of how each command is classified and, in cluster mode, routed (one
+//!   master, split by slot, every master, or handled here).
+//!
+//! MEM.* go from both sessions to the same verb code ([`crate::mem`]).
+
+pub mod cluster;
+pub mod route;
+pub mod server;
+pub mod single;

@@ -1,0 +1,204 @@
+//! [`Link`]: the client's upstream socket lent to one MEM.* command — pipelined calls, the
+//! client's CLIENT REPLY mode kept, push frames set aside for the session, replies owed after
+//! a timeout counted so the connection stays in step.
+
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use redis::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::address::Stream;
+use crate::error::{MemError, MemResult};
+use crate::resp::Scanner;
+
+/// The connection's `CLIENT REPLY` mode when the MEM.* command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    /// `CLIENT REPLY OFF`: the command's own calls are wrapped in `CLIENT REPLY ON` … `OFF`.
+    Off,
+    /// `CLIENT REPLY SKIP` applies to this command: its calls turn replies on (the skip is spent).
+    Skip,
+}
+
+/// `CLIENT REPLY OFF`, sent after a command that ran under OFF to put the mode back.
+pub const REPLY_OFF: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
+const REPLY_ON: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
+
+/// One command: its arguments.
+pub type Cmd = Vec<Vec<u8>>;
+
+/// The client's upstream socket, lent to one MEM.* command.
+pub struct Link {
+    pub stream: Stream,
+    /// Upstream bytes read and not yet consumed (handed back to the session afterwards).
+    pub buf: BytesMut,
+    /// Push frames that arrived meanwhile, in order: the session forwards them to the client.
+    pub pushes: BytesMut,
+    /// The connection can no longer be trusted (I/O error, timeout mid-reply): the session
+    /// answers an error and closes the client, as for any upstream loss.
+    pub broken: Option<String>,
+    /// The mode the command runs under; after the first call under OFF/SKIP replies are on.
+    pub mode: ReplyMode,
+    /// Replies still owed by the upstream after a timeout: the session discards them when they
+    /// come, so the connection stays in step and the client keeps it.
+    pub owed: usize,
+    /// Some call got replies and none was NOAUTH: the connection is known to be let in.
+    pub admitted: bool,
+    /// In cluster mode, the master this connection is to (`host:port`).
+    pub node: Option<String>,
+    /// In cluster mode, after `ASK`: every call is sent after `ASKING` (the slot is being
+    /// imported here).
+    pub asking: bool,
+    turned_on: bool,
+    timeout: Duration,
+}
+
+impl Link {
+    pub fn new(stream: Stream, buf: BytesMut, mode: ReplyMode, timeout: Duration) -> Link {
+        Link {
+            stream,
+            buf,
+            pushes: BytesMut::new(),
+            broken: None,
+            mode,
+            owed: 0,
+            admitted: false,
+            node: None,
+            asking: false,
+            turned_on: false,
+            timeout,
+        }
+    }
+
+    /// After the command: what to send upstream to restore the client's reply mode.
+    pub fn restore(&self) -> &'static [u8] {
+        if self.mode == ReplyMode::Off && self.turned_on {
+            REPLY_OFF
+        } else {
+            b""
+        }
+    }
+
+    /// Send `cmds` as one pipeline and read one reply each (Redis errors are `Value::ServerError`).
+    pub async fn call(&mut self, cmds: &[Cmd]) -> MemResult<Vec<Value>> {
+        if let Some(reason) = &self.broken {
+            return Err(MemError::upstream(format!("connection lost: {reason}")));
+        }
+        if self.owed > 0 {
+            return Err(MemError::upstream("busy with a request that timed out"));
+        }
+        match tokio::time::timeout(self.timeout, self.exchange(cmds)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(reason)) => {
+                self.broken = Some(reason.clone());
+                Err(MemError::upstream(format!("connection lost: {reason}")))
+            }
+            Err(_) => Err(MemError::upstream(format!(
+                "timeout after {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// One command, one reply.
+    pub async fn call1(&mut self, cmd: Cmd) -> MemResult<Value> {
+        let mut v = self.call(std::slice::from_ref(&cmd)).await?;
+        Ok(v.pop().unwrap_or(Value::Nil))
+    }
+
+    async fn exchange(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, String> {
+        let mut out = Vec::new();
+        let wrap = self.mode != ReplyMode::On && !self.turned_on;
+        if wrap {
+            out.extend_from_slice(REPLY_ON);
+        }
+        for c in cmds {
+            if self.asking {
+                out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+            }
+            encode(c, &mut out);
+        }
+        let asked = if self.asking { cmds.len() } else { 0 };
+        // Counted before the write: if the exchange is cut short, what is owed is known.
+        self.owed = cmds.len() + usize::from(wrap) + asked;
+        self.stream
+            .write_all(&out)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        if wrap {
+            self.turned_on = true;
+            self.read_reply().await?;
+            self.owed -= 1;
+        }
+        let mut replies = Vec::with_capacity(cmds.len());
+        for _ in cmds {
+            if asked > 0 {
+                self.read_reply().await?;
+                self.owed -= 1;
+            }
+            replies.push(self.read_reply().await?);
+            self.owed -= 1;
+        }
+        self.admitted |= !replies
+            .iter()
+            .any(|r| matches!(r, Value::ServerError(e) if e.code() == "NOAUTH"));
+        Ok(replies)
+    }
+
+    /// The next reply that is not a push.
+    async fn read_reply(&mut self) -> Result<Value, String> {
+        let mut scanner = Scanner::default();
+        loop {
+            match scanner.scan(&self.buf).map_err(|e| e.to_string())? {
+                Some((len, true)) => {
+                    let push = self.buf.split_to(len);
+                    self.pushes.extend_from_slice(&push);
+                }
+                Some((len, false)) => {
+                    let frame = &self.buf[..len];
+                    let v = match crate::resp::value::decode(frame) {
+                        Some(v) => v,
+                        None => redis::parse_redis_value(frame)
+                            .map_err(|e| format!("unreadable reply: {e}"))?,
+                    };
+                    self.buf.advance(len);
+                    return Ok(normalize(v));
+                }
+                None => {
+                    let n = self
+                        .stream
+                        .read_buf(&mut self.buf)
+                        .await
+                        .map_err(|e| format!("read: {e}"))?;
+                    if n == 0 {
+                        return Err("upstream closed the connection".into());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// RESP3 shapes as the RESP2 ones the store reads: Lua `false` arrives as a boolean under RESP3.
+fn normalize(v: Value) -> Value {
+    match v {
+        Value::Boolean(false) => Value::Nil,
+        Value::Boolean(true) => Value::Int(1),
+        Value::Array(a) => Value::Array(a.into_iter().map(normalize).collect()),
+        Value::Attribute { data, .. } => normalize(*data),
+        other => other,
+    }
+}
+
+/// A command as a RESP multibulk.
+pub fn encode(args: &[Vec<u8>], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
