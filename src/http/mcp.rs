@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::engine::Engine;
 
-/// The user a bearer token is bound to (`None`: any), put in the request by [`super::bearer`].
+/// The user a bearer token is bound to (`None`: any), put in the request by `bearer`.
 #[derive(Debug, Clone)]
 pub struct Principal(pub Option<String>);
 

@@ -1,7 +1,7 @@
 //! One client session in cluster mode: the client sees one plain Redis; behind it the session
 //! keeps one connection per master it has used (opened when first needed, with the client's
 //! AUTH / HELLO / CLIENT SETNAME replayed on it), and sends each request where
-//! [`route`](super::route) says.
+//! [`route`] says.
 //!
 //! Invariants (as in single mode, [`crate::proxy::single`]):
 //! - every request that Redis would answer gets exactly one reply, in request order; requests

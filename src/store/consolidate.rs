@@ -1,7 +1,7 @@
 //! Consolidation: near-duplicate memories of one exact scope (user, namespace, kind) merged into
 //! their oldest member, as the guide's "background consolidator" would.
 //!
-//! 1. The scope's keys, by cursor ([`ScopeKeys`]); their vectors and fields by pipelined
+//! 1. The scope's keys, by cursor (`ScopeKeys`); their vectors and fields by pipelined
 //!    `JSON.GET` (plain commands on the client's connection, with its rights).
 //! 2. Each memory's nearest neighbours within its exact scope: KNN searches, a few per read-only
 //!    script call, so no call holds Redis for long.
