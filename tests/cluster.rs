@@ -1452,6 +1452,12 @@ fn malformed_request_gets_redis_protocol_error_and_close() {
 }
 
 #[test]
+fn command_table_knows_the_mem_verbs() {
+    let s = setup();
+    command_table_merges_the_mem_verbs(&s.proxy, &mut direct(&s.cluster.nodes[0]));
+}
+
+#[test]
 fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
     let s = setup();
     unsubscribe_keeps_the_session(&s.proxy);

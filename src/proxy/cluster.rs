@@ -24,7 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
+use super::state::Change;
 use crate::engine::{ClientState, Engine};
+use crate::mem::catalog::CommandQuery;
 use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
 use crate::upstream::cluster::topology::Cluster;
 use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
@@ -371,11 +373,12 @@ impl Session {
                 Kind::Plain | Kind::ClientReply | Kind::Unsubscribe | Kind::Tunnel => {
                     unreachable!("handled above")
                 }
-                Kind::State => self.state_cmd(args).await?,
+                Kind::State(_) => self.state_cmd(kind, args).await?,
+                Kind::Command => self.command(args).await?,
                 Kind::Reset => {
-                    self.everywhere(args).await?;
+                    let f = self.everywhere(args).await?;
                     self.setup.clear();
-                    self.state = ClientState::default();
+                    Change::Reset.apply(&f, &mut self.state);
                     self.tx = None;
                     self.watched = None;
                 }
@@ -713,7 +716,7 @@ impl Session {
 
     /// AUTH, HELLO, SELECT, CLIENT SETNAME …: on every open connection; the home connection's
     /// reply is the client's; kept for later connections when it succeeded.
-    async fn state_cmd(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn state_cmd(&mut self, kind: Kind, args: Cmd) -> Result<(), Stop> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
         let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
@@ -722,48 +725,29 @@ impl Session {
         }
         let ok = !matches!(f.first(), Some(b'-') | Some(b'!'));
         if ok {
-            self.track(&args);
+            if let Some(change) = Change::of(kind, &args) {
+                change.apply(&f, &mut self.state);
+            }
             self.setup.push(args);
         }
         self.out.extend_from_slice(&f);
         Ok(())
     }
 
-    fn track(&mut self, args: &[Vec<u8>]) {
-        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-        let arg = |i: usize| args.get(i).map(Vec::as_slice).unwrap_or_default();
-        match name.as_str() {
-            "hello" => {
-                match arg(1) {
-                    b"2" => self.state.protocol = Protocol::Resp2,
-                    b"3" => self.state.protocol = Protocol::Resp3,
-                    _ => {}
-                }
-                let mut i = 2;
-                while i < args.len() {
-                    if arg(i).eq_ignore_ascii_case(b"auth") && i + 2 < args.len() {
-                        self.state.authenticated = true;
-                        self.state.user = Some(String::from_utf8_lossy(arg(i + 1)).into_owned());
-                        i += 3;
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            "auth" => {
-                self.state.authenticated = true;
-                self.state.user = Some(if args.len() >= 3 {
-                    String::from_utf8_lossy(arg(1)).into_owned()
-                } else {
-                    "default".into()
-                });
-            }
-            _ => {}
+    /// COMMAND …: the home master's reply with the MEM.* entries merged in, as in single mode.
+    async fn command(&mut self, args: Cmd) -> Result<(), Stop> {
+        let home = self.home().await?;
+        let f = self.one(&home, &args).await?;
+        let rest: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
+        match CommandQuery::of(&rest).and_then(|q| q.merge(&f, self.state.protocol)) {
+            Some(merged) => self.out.extend_from_slice(&merged),
+            None => self.out.extend_from_slice(&f),
         }
+        Ok(())
     }
 
     /// RESET on every open connection (the home one's reply to the client).
-    async fn everywhere(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn everywhere(&mut self, args: Cmd) -> Result<BytesMut, Stop> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
         let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
@@ -771,7 +755,7 @@ impl Session {
             let _ = self.one(&n, &args).await?;
         }
         self.out.extend_from_slice(&f);
-        Ok(())
+        Ok(f)
     }
 
     /// A command inside MULTI: checked for its slot and kept until EXEC.

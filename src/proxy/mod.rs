@@ -7,8 +7,10 @@
 //!   MEM.* run on that connection in the request's reply slot;
 //! - [`cluster`]: a client's session with one connection per master it uses, requests routed by
 //!   [`route`];
-//! - [`route`]: the table of how each command is classified and, in cluster mode, routed (one
-//!   master, split by slot, every master, or handled here).
+//! - [`route`]: the command table — how each command is classified and, in cluster mode, routed
+//!   (one master, split by slot, every master, or handled here);
+//! - [`state`]: how a request changes the connection's state (HELLO, AUTH, SELECT, RESET),
+//!   tracked the same way by both sessions.
 //!
 //! MEM.* go from both sessions to the same verb code ([`crate::mem`]).
 
@@ -16,3 +18,4 @@ pub mod cluster;
 pub mod route;
 pub mod server;
 pub mod single;
+pub mod state;

@@ -1,6 +1,9 @@
-//! How each command goes over the cluster: to the master of its keys' slot, split by slot and
-//! merged, to every master, or handled by the session itself. The table in
-//! docs/ARCHITECTURE.md ("Redis Cluster") is this file in prose.
+//! The command table: how every command is classified ([`kind`]) — for both sessions: what
+//! changes the connection's state, what starts a transaction or a tunnel, what memproxy answers
+//! itself — and, in cluster mode, where it goes: to the master of its keys' slot, split by slot
+//! and merged, to every master, or handled by the session itself. A single session treats the
+//! cluster-only kinds (split, every master, SCAN, refused) as plain requests. PROTOCOL.md §6 is
+//! the cluster part of this table in prose.
 
 use crate::upstream::cluster::slot::slot;
 use crate::upstream::cluster::topology::{Cluster, KeySpec};
@@ -12,7 +15,9 @@ pub enum Kind {
     Plain,
     /// Connection state (AUTH, HELLO, SELECT, CLIENT SETNAME …): to every connection the client
     /// has, and to each one it opens later.
-    State,
+    State(Conn),
+    /// COMMAND …: Redis's reply with the MEM.* entries merged in.
+    Command,
     /// RESET: every connection, and the recorded state forgotten.
     Reset,
     Multi,
@@ -38,6 +43,16 @@ pub enum Kind {
     ClientReply,
     /// Not available through memproxy in cluster mode (one error line).
     Refused(&'static str),
+}
+
+/// Which connection-state command a [`Kind::State`] is (the proxy tracks the first three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conn {
+    Auth,
+    Hello,
+    Select,
+    /// READONLY, READWRITE, CLIENT SETNAME / SETINFO / NO-EVICT / NO-TOUCH.
+    Other,
 }
 
 /// How replies of several masters become one.
@@ -76,14 +91,18 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
     }
     let mut buf = [0u8; 32];
     match lower(name, &mut buf) {
-        "auth" | "hello" | "select" | "readonly" | "readwrite" => Kind::State,
+        "auth" => Kind::State(Conn::Auth),
+        "hello" => Kind::State(Conn::Hello),
+        "select" => Kind::State(Conn::Select),
+        "readonly" | "readwrite" => Kind::State(Conn::Other),
+        "command" => Kind::Command,
         "client"
             if eq(sub, "setname")
                 || eq(sub, "setinfo")
                 || eq(sub, "no-evict")
                 || eq(sub, "no-touch") =>
         {
-            Kind::State
+            Kind::State(Conn::Other)
         }
         "client" if eq(sub, "reply") => Kind::ClientReply,
         "client" if eq(sub, "tracking") => {
@@ -236,7 +255,10 @@ mod tests {
         assert_eq!(target_of([b"a", b"b"]), Target::Cross);
         assert_eq!(target_of(Vec::<&[u8]>::new()), Target::Any);
         assert_eq!(kind(&a(&["mem.recall", "x"])), Kind::Mem);
-        assert_eq!(kind(&a(&["client", "SETNAME", "x"])), Kind::State);
+        assert_eq!(
+            kind(&a(&["client", "SETNAME", "x"])),
+            Kind::State(Conn::Other)
+        );
         assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));
     }
 }

@@ -37,6 +37,8 @@ use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
+use super::route::{self, Conn, Kind};
+use super::state::Change;
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
@@ -45,16 +47,10 @@ use crate::upstream::{Link, ReplyMode, Stream};
 /// What the proxy needs to know of a reply to keep its view of the connection right.
 #[derive(Debug)]
 enum Track {
-    /// HELLO: on success the protocol (if given) and the user (if AUTH was given) change.
-    Hello(Option<Protocol>, Option<String>),
-    /// AUTH: on success the connection is authenticated as this user.
-    Auth(String),
-    /// SELECT: on success the connection uses this database.
-    Select(i64),
+    /// HELLO, AUTH, SELECT, RESET: applied when Redis's reply is not an error.
+    Change(Change),
     /// EXEC of a transaction that queued a SELECT: on success (an array) that database.
     Exec(i64),
-    /// RESET: back to RESP2, the default user, database 0.
-    Reset,
     /// COMMAND …: the MEM.* entries are merged into Redis's reply.
     Command(CommandQuery),
 }
@@ -174,150 +170,117 @@ fn eq(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
 }
 
-fn is_mem(name: &[u8]) -> bool {
-    name.len() > 4 && name[..4].eq_ignore_ascii_case(b"mem.")
-}
-
 fn parse_db(arg: &[u8]) -> Option<i64> {
     std::str::from_utf8(arg).ok()?.parse().ok()
 }
 
-/// Decide what slot a request takes. Returns `None` when Redis sends no reply.
+/// Decide what slot a request takes, by the command table ([`route::kind`]). Returns `None`
+/// when Redis sends no reply.
 fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let name = req.arg(buf, 0).unwrap_or_default();
     let arg = |i| req.arg(buf, i).unwrap_or_default();
+    let kind = route::kind(&[name, arg(1)]);
     let skip = std::mem::take(&mut st.skip_next);
     let silent = st.reply_off || skip;
-    if is_mem(name) {
-        if st.in_multi {
-            let r = Reply::Error(format!(
-                "ERR {} cannot run inside MULTI (the transaction is unaffected)",
-                String::from_utf8_lossy(name).to_uppercase()
-            ));
-            return (!silent).then_some(Slot::Ready(r));
-        }
-        let mode = if st.reply_off {
-            ReplyMode::Off
-        } else if skip {
-            ReplyMode::Skip
-        } else {
-            ReplyMode::On
-        };
-        return Some(Slot::Local {
-            args: req.owned_args(buf),
-            mode,
-            silent,
-        });
-    }
     let mut track = None;
-    if eq(name, "client") && req.argc() == 3 && eq(arg(1), "reply") {
-        let mode = if eq(arg(2), "off") {
-            Some(ReplyMode::Off)
-        } else if eq(arg(2), "skip") {
-            Some(ReplyMode::Skip)
-        } else if eq(arg(2), "on") {
-            Some(ReplyMode::On)
-        } else {
-            None
-        };
-        if st.in_multi {
-            // Queued: takes effect when EXEC runs it.
-            if mode.is_some() {
-                st.multi_reply = mode;
+    match kind {
+        Kind::Mem => {
+            if st.in_multi {
+                let r = Reply::Error(format!(
+                    "ERR {} cannot run inside MULTI (the transaction is unaffected)",
+                    String::from_utf8_lossy(name).to_uppercase()
+                ));
+                return (!silent).then_some(Slot::Ready(r));
             }
-        } else {
-            match mode {
-                Some(ReplyMode::Off) => {
-                    st.reply_off = true;
-                    return None;
-                }
-                Some(ReplyMode::Skip) => {
-                    if !st.reply_off {
-                        st.skip_next = true;
-                    }
-                    return None;
-                }
-                Some(ReplyMode::On) => {
-                    st.reply_off = false;
-                    return Some(Slot::Plain(1));
-                }
-                None => {}
-            }
-        }
-    } else if eq(name, "multi") {
-        st.in_multi = true;
-    } else if eq(name, "exec") || eq(name, "discard") {
-        let exec = eq(name, "exec") && st.in_multi;
-        st.in_multi = false;
-        let select = st.multi_select.take();
-        if let Some(mode) = st.multi_reply.take().filter(|_| exec) {
-            match mode {
-                ReplyMode::Off => st.reply_off = true,
-                ReplyMode::Skip => st.skip_next = !st.reply_off,
-                ReplyMode::On => st.reply_off = false,
-            }
-        }
-        if exec {
-            track = select.map(Track::Exec);
-        }
-    } else if eq(name, "select") && req.argc() == 2 {
-        match (parse_db(arg(1)), st.in_multi) {
-            (Some(db), true) => st.multi_select = Some(db),
-            (Some(db), false) => track = Some(Track::Select(db)),
-            _ => {}
-        }
-    } else if eq(name, "command") && !st.in_multi {
-        let rest: Vec<&[u8]> = (1..req.argc()).map(arg).collect();
-        track = CommandQuery::of(&rest).map(Track::Command);
-    } else if eq(name, "reset") {
-        *st = ReaderState::default();
-        track = Some(Track::Reset);
-    } else if eq(name, "hello") && !st.in_multi {
-        let proto = match arg(1) {
-            b"2" => Some(Protocol::Resp2),
-            b"3" => Some(Protocol::Resp3),
-            _ => None,
-        };
-        let mut user = None;
-        let mut i = 2;
-        while i < req.argc() {
-            if eq(arg(i), "auth") && i + 2 < req.argc() {
-                user = Some(String::from_utf8_lossy(arg(i + 1)).into_owned());
-                i += 3;
+            let mode = if st.reply_off {
+                ReplyMode::Off
+            } else if skip {
+                ReplyMode::Skip
             } else {
-                i += 1;
+                ReplyMode::On
+            };
+            return Some(Slot::Local {
+                args: req.owned_args(buf),
+                mode,
+                silent,
+            });
+        }
+        Kind::ClientReply if req.argc() == 3 => {
+            let mode = if eq(arg(2), "off") {
+                Some(ReplyMode::Off)
+            } else if eq(arg(2), "skip") {
+                Some(ReplyMode::Skip)
+            } else if eq(arg(2), "on") {
+                Some(ReplyMode::On)
+            } else {
+                None
+            };
+            if st.in_multi {
+                // Queued: takes effect when EXEC runs it.
+                if mode.is_some() {
+                    st.multi_reply = mode;
+                }
+            } else {
+                match mode {
+                    Some(ReplyMode::Off) => {
+                        st.reply_off = true;
+                        return None;
+                    }
+                    Some(ReplyMode::Skip) => {
+                        if !st.reply_off {
+                            st.skip_next = true;
+                        }
+                        return None;
+                    }
+                    Some(ReplyMode::On) => {
+                        st.reply_off = false;
+                        return Some(Slot::Plain(1));
+                    }
+                    None => {}
+                }
             }
         }
-        track = Some(Track::Hello(proto, user));
-    } else if eq(name, "auth") && !st.in_multi {
-        let user = if req.argc() >= 3 {
-            String::from_utf8_lossy(arg(1)).into_owned()
-        } else {
-            "default".into()
-        };
-        track = Some(Track::Auth(user));
-    } else if !st.in_multi
-        && ["unsubscribe", "punsubscribe", "sunsubscribe"]
-            .iter()
-            .any(|c| eq(name, c))
-    {
+        Kind::Multi => st.in_multi = true,
+        Kind::Exec | Kind::Discard => {
+            let exec = kind == Kind::Exec && st.in_multi;
+            st.in_multi = false;
+            let select = st.multi_select.take();
+            if let Some(mode) = st.multi_reply.take().filter(|_| exec) {
+                match mode {
+                    ReplyMode::Off => st.reply_off = true,
+                    ReplyMode::Skip => st.skip_next = !st.reply_off,
+                    ReplyMode::On => st.reply_off = false,
+                }
+            }
+            if exec {
+                track = select.map(Track::Exec);
+            }
+        }
+        Kind::State(Conn::Select) if st.in_multi => {
+            if let Some(db) = parse_db(arg(1)).filter(|_| req.argc() == 2) {
+                st.multi_select = Some(db);
+            }
+        }
+        Kind::Command if !st.in_multi => {
+            let rest: Vec<&[u8]> = (1..req.argc()).map(arg).collect();
+            track = CommandQuery::of(&rest).map(Track::Command);
+        }
+        Kind::Reset => {
+            *st = ReaderState::default();
+            track = Some(Track::Change(Change::Reset));
+        }
+        Kind::State(_) if !st.in_multi => {
+            let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
+            track = Change::of(kind, &args).map(Track::Change);
+        }
         // Subscribed connections are tunnels, so this connection is not subscribed.
-        return Some(Slot::Unsubscribed(
-            req.argc().saturating_sub(1).max(1) as u64
-        ));
-    } else if !st.in_multi
-        && [
-            "subscribe",
-            "psubscribe",
-            "ssubscribe",
-            "monitor",
-            "sync",
-            "psync",
-        ]
-        .iter()
-        .any(|c| eq(name, c))
-    {
-        return Some(Slot::Tunnel);
+        Kind::Unsubscribe if !st.in_multi => {
+            return Some(Slot::Unsubscribed(
+                req.argc().saturating_sub(1).max(1) as u64
+            ));
+        }
+        Kind::Tunnel if !st.in_multi => return Some(Slot::Tunnel),
+        _ => {}
     }
     if silent {
         return None;
@@ -731,36 +694,17 @@ impl Session {
     }
 
     fn track(&mut self, track: Track, frame: &[u8]) {
-        let ok = frame.first() != Some(&b'-') && frame.first() != Some(&b'!');
-        if !ok {
-            return;
-        }
         match track {
-            Track::Hello(proto, user) => {
-                if let Some(p) = proto {
-                    self.state.protocol = p;
-                }
-                if let Some(u) = user {
-                    self.state.authenticated = true;
-                    self.state.user = Some(u);
+            Track::Change(change) => {
+                if change.apply(frame, &mut self.state) {
                     self.mem_trusted = false;
                 }
             }
-            Track::Auth(user) => {
-                self.state.authenticated = true;
-                self.state.user = Some(user);
-                self.mem_trusted = false;
-            }
-            Track::Select(db) => self.state.db = db,
             // An aborted or WATCH-failed EXEC answers an error or a null, not an array.
             Track::Exec(db) => {
                 if frame.starts_with(b"*") && !frame.starts_with(b"*-1") {
                     self.state.db = db;
                 }
-            }
-            Track::Reset => {
-                self.state = ClientState::default();
-                self.mem_trusted = false;
             }
             Track::Command(_) => {}
         }

@@ -1031,6 +1031,72 @@ pub fn malformed_requests_are_refused_as_redis_does(proxy: &Proxy) {
     assert!(c.closed());
 }
 
+/// COMMAND, COMMAND COUNT / INFO / DOCS / LIST answer Redis's entries with the MEM.* verbs
+/// merged in (`d`: a connection straight to a Redis behind `proxy`).
+pub fn command_table_merges_the_mem_verbs(proxy: &Proxy, d: &mut redis::Connection) {
+    let mut con = proxy.client();
+    let n = |c: &mut redis::Connection| as_i64(&q(c, &["COMMAND", "COUNT"]));
+    let verbs = memproxy::mem::catalog::VERBS.len() as i64;
+    assert_eq!(n(&mut con), n(d) + verbs);
+    // COMMAND: every entry, Redis's and ours, in one well-formed reply.
+    let all = items(&q(&mut con, &["COMMAND"])).to_vec();
+    assert_eq!(all.len() as i64, n(d) + verbs);
+    let recall = all
+        .iter()
+        .find(|e| as_str(&items(e)[0]) == "mem.recall")
+        .expect("mem.recall in COMMAND");
+    assert_eq!(as_i64(&items(recall)[1]), -2);
+    // COMMAND INFO mixes Redis's entries and ours in the order asked.
+    let info = items(&q(
+        &mut con,
+        &["COMMAND", "INFO", "get", "MEM.TURN", "nosuch"],
+    ))
+    .to_vec();
+    assert_eq!(as_str(&items(&info[0])[0]), "get");
+    assert_eq!(as_str(&items(&info[1])[0]), "mem.turn");
+    assert_eq!(as_i64(&items(&info[1])[1]), -4);
+    assert_eq!(info[2], redis::Value::Nil);
+    // COMMAND DOCS in both protocols, with arguments and tokens.
+    let docs = q(&mut con, &["COMMAND", "DOCS", "mem.recall"]);
+    let text = format!("{docs:?}");
+    assert!(
+        text.contains("THRESHOLD") && text.contains("summary"),
+        "{text}"
+    );
+    let mut c3 = proxy.raw();
+    c3.cmd(&[b"HELLO", b"3"]);
+    c3.read();
+    c3.cmd(&[b"COMMAND", b"DOCS", b"get", b"mem.remember"]);
+    let r = c3.read_str();
+    assert!(
+        r.starts_with("%2\r\n") && r.contains("mem.remember") && r.contains("NODEDUP"),
+        "{r}"
+    );
+    let list = items(&q(&mut con, &["COMMAND", "LIST"])).to_vec();
+    assert!(list.iter().any(|v| as_str(v) == "mem.help"));
+    let filtered = |con: &mut redis::Connection, by: &str, what: &str| -> Vec<String> {
+        let mut names: Vec<String> = items(&q(con, &["COMMAND", "LIST", "FILTERBY", by, what]))
+            .iter()
+            .map(as_str)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        filtered(&mut con, "PATTERN", "MEM.RE*"),
+        ["mem.recall", "mem.remember"]
+    );
+    assert_eq!(filtered(&mut con, "PATTERN", "get"), ["get"]);
+    let writes = filtered(&mut con, "ACLCAT", "write");
+    assert!(writes.iter().any(|n| n == "mem.forget") && writes.iter().any(|n| n == "set"));
+    assert!(!writes.iter().any(|n| n == "mem.recall"));
+    // MEM.HELP, module style.
+    let help = items(&q(&mut con, &["MEM.HELP"])).to_vec();
+    assert!(help
+        .iter()
+        .any(|l| as_str(l).starts_with("MEM.RECALL query [USER user]")));
+}
+
 /// (P)UNSUBSCRIBE on a connection that subscribed to nothing answers once a channel (once with
 /// none named) and leaves the session as it was: MEM.* still answered by memproxy, under RESP2
 /// and RESP3 (issue 37: single mode turned the connection into a byte tunnel for good).

@@ -1,0 +1,143 @@
+//! The proxy's view of a client connection's state (protocol, user, database), and how a
+//! request that Redis answered changes it — written once for single and cluster sessions.
+//!
+//! Sessions classify a request with [`route::kind`](super::route::kind), take its [`Change`] with
+//! [`Change::of`] before sending it, and [`Change::apply`] it when Redis's reply is not an error.
+
+use super::route::{Conn, Kind};
+use crate::engine::ClientState;
+use crate::resp::Protocol;
+
+/// How a successful reply to a request changes the connection's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// HELLO: the protocol (if given) and the user (if AUTH was given).
+    Hello(Option<Protocol>, Option<String>),
+    /// AUTH: authenticated as this user.
+    Auth(String),
+    /// SELECT: this database.
+    Select(i64),
+    /// RESET: back to RESP2, the default user, database 0.
+    Reset,
+}
+
+impl Change {
+    /// The change `args` make when they succeed, for a request of `kind` (outside MULTI; a
+    /// queued request changes nothing until EXEC).
+    pub fn of<A: AsRef<[u8]>>(kind: Kind, args: &[A]) -> Option<Change> {
+        let arg = |i: usize| args.get(i).map(A::as_ref).unwrap_or_default();
+        let text = |i: usize| String::from_utf8_lossy(arg(i)).into_owned();
+        match kind {
+            Kind::Reset => Some(Change::Reset),
+            Kind::State(Conn::Select) if args.len() == 2 => std::str::from_utf8(arg(1))
+                .ok()?
+                .parse()
+                .ok()
+                .map(Change::Select),
+            Kind::State(Conn::Auth) => Some(Change::Auth(if args.len() >= 3 {
+                text(1)
+            } else {
+                "default".into()
+            })),
+            Kind::State(Conn::Hello) => {
+                let proto = match arg(1) {
+                    b"2" => Some(Protocol::Resp2),
+                    b"3" => Some(Protocol::Resp3),
+                    _ => None,
+                };
+                let mut user = None;
+                let mut i = 2;
+                while i < args.len() {
+                    if arg(i).eq_ignore_ascii_case(b"auth") && i + 2 < args.len() {
+                        user = Some(text(i + 1));
+                        i += 3;
+                    } else {
+                        i += 1;
+                    }
+                }
+                Some(Change::Hello(proto, user))
+            }
+            _ => None,
+        }
+    }
+
+    /// Apply the change after Redis answered `reply` (nothing changes on an error reply).
+    /// Returns whether the connection's identity changed (a MEM.* that got past authentication
+    /// before no longer vouches for it: `state.trusted` is cleared).
+    pub fn apply(self, reply: &[u8], state: &mut ClientState) -> bool {
+        if matches!(reply.first(), Some(b'-') | Some(b'!')) {
+            return false;
+        }
+        let identity = match self {
+            Change::Hello(proto, user) => {
+                if let Some(p) = proto {
+                    state.protocol = p;
+                }
+                user.map(|u| {
+                    state.authenticated = true;
+                    state.user = Some(u);
+                })
+                .is_some()
+            }
+            Change::Auth(user) => {
+                state.authenticated = true;
+                state.user = Some(user);
+                true
+            }
+            Change::Select(db) => {
+                state.db = db;
+                false
+            }
+            Change::Reset => {
+                let scope_user = state.scope_user.take();
+                *state = ClientState {
+                    scope_user,
+                    ..ClientState::default()
+                };
+                true
+            }
+        };
+        if identity {
+            state.trusted = false;
+        }
+        identity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::route::kind;
+
+    fn change(args: &[&str]) -> Option<Change> {
+        Change::of(kind(args), args)
+    }
+
+    #[test]
+    fn changes_of_requests() {
+        assert_eq!(
+            change(&["hello", "3", "AUTH", "u", "p", "SETNAME", "x"]),
+            Some(Change::Hello(Some(Protocol::Resp3), Some("u".into())))
+        );
+        assert_eq!(
+            change(&["AUTH", "pw"]),
+            Some(Change::Auth("default".into()))
+        );
+        assert_eq!(change(&["auth", "u", "pw"]), Some(Change::Auth("u".into())));
+        assert_eq!(change(&["select", "2"]), Some(Change::Select(2)));
+        assert_eq!(change(&["select", "x"]), None);
+        assert_eq!(change(&["get", "k"]), None);
+        let mut st = ClientState {
+            trusted: true,
+            ..ClientState::default()
+        };
+        assert!(!change(&["auth", "u", "pw"])
+            .unwrap()
+            .apply(b"-WRONGPASS\r\n", &mut st));
+        assert!(st.trusted && st.user.is_none());
+        assert!(change(&["auth", "u", "pw"])
+            .unwrap()
+            .apply(b"+OK\r\n", &mut st));
+        assert!(!st.trusted && st.user.as_deref() == Some("u") && st.authenticated);
+    }
+}
