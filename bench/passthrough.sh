@@ -5,6 +5,7 @@
 #   -t set,get -r 100000, clients c in {1, 50} x pipeline P in {1, 16}, each cell SECONDS (default 2) long.
 # Prints rps, p50/p99 (ms), ratios to direct, and memproxy's CPU time per request.
 # Needs redis-benchmark (Debian redis-tools) and nutcracker (Debian); installed if missing.
+# COMPARE_BIN=path/to/an/older/memproxy adds a target "previous": that binary beside this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_CELL="${SECONDS_PER_CELL:-2}"
@@ -16,16 +17,22 @@ cargo build --release --locked --bench splice >/dev/null 2>&1
 cargo build --release --locked >/dev/null
 SPLICE=$(ls -t target/release/deps/splice-* | grep -v '\.d$' | head -1)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-RP=$(port); MP=$(port); SP=$(port); TP=$(port); TS=$(port)
+RP=$(port); MP=$(port); SP=$(port); TP=$(port); TS=$(port); OP=$(port)
 scripts/redis.sh "$RP" --bind 127.0.0.1 >/dev/null 2>&1 & RPID=$!
-trap 'kill $RPID $MPID $SPID $TPID 2>/dev/null || true' EXIT
+OPID=
+trap 'kill $RPID $MPID $SPID $TPID $OPID 2>/dev/null || true' EXIT
 for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 ./target/release/memproxy --listen "127.0.0.1:$MP" --upstream "redis://127.0.0.1:$RP" --log warn & MPID=$!
 "$SPLICE" "127.0.0.1:$SP" "127.0.0.1:$RP" & SPID=$!
 TCONF=$(mktemp --suffix .yml)
 printf 'bench:\n  listen: 127.0.0.1:%s\n  redis: true\n  hash: fnv1a_64\n  distribution: ketama\n  auto_eject_hosts: false\n  server_connections: 1\n  servers:\n   - 127.0.0.1:%s:1\n' "$TP" "$RP" > "$TCONF"
 nutcracker -c "$TCONF" -s "$TS" -o /dev/null & TPID=$!
-for p in $MP $SP $TP; do for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done; done
+targets="direct memproxy twemproxy splice"; ports="$MP $SP $TP"
+if [ -n "${COMPARE_BIN:-}" ]; then
+  "$COMPARE_BIN" --listen "127.0.0.1:$OP" --upstream "redis://127.0.0.1:$RP" --log warn & OPID=$!
+  targets="direct memproxy previous twemproxy splice"; ports="$ports $OP"
+fi
+for p in $ports; do for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done; done
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$MPID/stat"; }
 hz=$(getconf CLK_TCK)
@@ -34,8 +41,8 @@ printf "%-6s %-3s %-4s %-9s %12s %9s %9s %8s %14s\n" test c P target rps p50_ms 
 for t in set get; do for c in 1 50; do for P in 1 16; do
   n=$(( c == 1 && P == 1 ? 20000 : 400000 ))
   declare -A rps=() p50s=()
-  for target in direct memproxy twemproxy splice; do
-    case $target in direct) p=$RP;; memproxy) p=$MP;; twemproxy) p=$TP;; splice) p=$SP;; esac
+  for target in $targets; do
+    case $target in direct) p=$RP;; memproxy) p=$MP;; previous) p=$OP;; twemproxy) p=$TP;; splice) p=$SP;; esac
     # Size the run to last about SECONDS_PER_CELL: a probe, then the real run.
     probe=$(redis-benchmark -p "$p" -t "$t" -r 100000 -c "$c" -P "$P" -n "$n" --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"')
     total=$(python3 -c "print(max(1000, int(float('$probe') * $SECONDS_PER_CELL)))")
@@ -50,11 +57,13 @@ for t in set get; do for c in 1 50; do for P in 1 16; do
     printf "%-6s %-3s %-4s %-9s %12s %9s %9s %8s %14s\n" "$t" "$c" "$P" "$target" "$r" "$p50" "$p99" "$ratio" "$cpu"
   done
   summary+=("$(python3 - "$t" "$c" "$P" "${rps[memproxy]}" "${rps[twemproxy]}" "${rps[direct]}" \
-    "${p50s[memproxy]}" "${p50s[twemproxy]}" "${p50s[direct]}" <<'PY'
+    "${p50s[memproxy]}" "${p50s[twemproxy]}" "${p50s[direct]}" "${rps[previous]:-0}" <<'PY'
 import sys
 t, c, P = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-m, w, d, pm, pw, pd = map(float, sys.argv[4:])
+m, w, d, pm, pw, pd, o = map(float, sys.argv[4:])
 s = f"{t} c={c} P={P}: memproxy {m / w:.2f}x twemproxy, {m / d:.2f}x direct"
+if o:
+    s += f" (previous binary {o / d:.2f}x direct)"
 if c == 1 and P == 1:
     s += f"; added p50 {(pm - pd) * 1000:.0f} us (twemproxy {(pw - pd) * 1000:.0f} us)"
 print(s)

@@ -1,8 +1,11 @@
 //! Every setting with its default, and where settings come from.
 //!
 //! Precedence: defaults < TOML file (`--config`) < environment (`MEMPROXY_<NAME>`) < flags. The
-//! file uses the same names as the flags with `_` for `-`; unknown keys are an error. Everything is
-//! validated once at start, with a message naming the setting.
+//! file puts settings in sections (`[server]`, `[upstream]`, `[write]`, `[limits]`, `[embed]`,
+//! `[store]`, `[recall]`, `[consolidate]`, `[http]`; [`SECTIONS`] says which key is which
+//! setting); a file of flat keys (the flags' names with `_` for `-`) still loads. Unknown keys
+//! are an error. Modes are enums, so a wrong one fails at load with the values it could be;
+//! everything else is validated once at start, with a message naming the setting.
 
 use std::path::PathBuf;
 
@@ -147,11 +150,10 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_RECALL_THRESHOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recall_threshold: Option<f64>,
-    /// Recall mode when a MEM.RECALL / MEM.TURN names none: auto, vector, keyword or hybrid
-    /// [default: auto].
+    /// Recall mode when a MEM.RECALL / MEM.TURN names none [default: auto].
     #[arg(long, env = "MEMPROXY_RECALL_MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub recall_mode: Option<String>,
+    pub recall_mode: Option<RecallMode>,
     /// Replicas every MEM.* write waits for (WAIT) before it is acknowledged [default: 0].
     #[arg(long, env = "MEMPROXY_WRITE_REPLICAS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,7 +198,7 @@ pub struct Flags {
     /// Log format: text or json [default: text].
     #[arg(long, env = "MEMPROXY_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_format: Option<String>,
+    pub log_format: Option<LogFormat>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, global = true, env = "MEMPROXY_LOG")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -256,7 +258,163 @@ pub enum Sub {
     },
 }
 
-/// The resolved settings. Field names are the file's keys.
+/// The mode of a recall that names none (`recall_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum RecallMode {
+    Auto,
+    Rank,
+    Vector,
+    Keyword,
+    Hybrid,
+}
+
+impl RecallMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecallMode::Auto => "auto",
+            RecallMode::Rank => "rank",
+            RecallMode::Vector => "vector",
+            RecallMode::Keyword => "keyword",
+            RecallMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// How RediSearch combines the scope filter with KNN (`recall_hybrid_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum HybridPolicy {
+    /// memproxy counts the scope (stopping at 1,000): brute force up to there, HNSW batches above.
+    Adaptive,
+    /// RediSearch's planner.
+    Auto,
+    /// HNSW in batches, then the filter.
+    Batches,
+    /// Brute force over the filtered set.
+    AdhocBf,
+}
+
+/// How log lines are written (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Where each setting lives in a settings file: `(section, key in the section, setting)`. A
+/// file of flat keys (the setting's own name at the top level, as before sections) still loads.
+pub const SECTIONS: &[(&str, &str, &str)] = &[
+    ("server", "listen", "listen"),
+    ("upstream", "url", "upstream"),
+    ("embed", "model", "model"),
+    ("embed", "pooling", "pooling"),
+    ("embed", "normalize", "normalize"),
+    ("embed", "max_seq_length", "max_seq_length"),
+    ("embed", "query_prompt", "query_prompt"),
+    ("embed", "document_prompt", "document_prompt"),
+    ("embed", "embedder", "embedder"),
+    ("embed", "embedder_model", "embedder_model"),
+    ("embed", "embedder_api_key_env", "embedder_api_key_env"),
+    ("embed", "embedder_dimensions", "embedder_dimensions"),
+    ("embed", "embedder_batch", "embedder_batch"),
+    ("embed", "embedder_timeout_ms", "embedder_timeout_ms"),
+    ("embed", "embedder_max_tries", "embedder_max_tries"),
+    (
+        "embed",
+        "embedder_breaker_failures",
+        "embedder_breaker_failures",
+    ),
+    (
+        "embed",
+        "embedder_breaker_cooldown_ms",
+        "embedder_breaker_cooldown_ms",
+    ),
+    ("embed", "embedder_max_chars", "embedder_max_chars"),
+    ("embed", "ort_library", "ort_library"),
+    ("embed", "deps_dir", "deps_dir"),
+    ("server", "max_clients", "max_clients"),
+    ("http", "listen", "http_listen"),
+    ("http", "demo", "http_demo"),
+    ("http", "mcp", "mcp"),
+    ("http", "mcp_tokens", "mcp_tokens"),
+    ("server", "log", "log"),
+    ("server", "log_format", "log_format"),
+    ("server", "shutdown_grace_ms", "shutdown_grace_ms"),
+    ("server", "worker_threads", "worker_threads"),
+    ("store", "mem_index_name", "mem_index_name"),
+    ("store", "mem_key_prefix", "mem_key_prefix"),
+    ("store", "session_key_prefix", "session_key_prefix"),
+    ("store", "event_key_prefix", "event_key_prefix"),
+    ("store", "session_ttl_seconds", "session_ttl_seconds"),
+    ("store", "dedup_threshold", "dedup_threshold"),
+    ("recall", "threshold", "recall_threshold"),
+    ("recall", "mode", "recall_mode"),
+    ("recall", "auto_threshold", "recall_auto_threshold"),
+    ("recall", "hit_threshold", "recall_hit_threshold"),
+    ("recall", "relative_cutoff", "recall_relative_cutoff"),
+    ("recall", "window_threshold", "recall_window_threshold"),
+    ("recall", "min_standout", "recall_min_standout"),
+    ("recall", "keyword_weight", "recall_keyword_weight"),
+    ("recall", "time_weight", "recall_time_weight"),
+    ("recall", "diversity", "recall_diversity"),
+    ("recall", "recency_weight", "recall_recency_weight"),
+    (
+        "recall",
+        "recency_half_life_days",
+        "recall_recency_half_life_days",
+    ),
+    ("recall", "hit_weight", "recall_hit_weight"),
+    ("recall", "candidates", "recall_candidates"),
+    ("store", "episodic_ttl_seconds", "episodic_ttl_seconds"),
+    (
+        "consolidate",
+        "interval_seconds",
+        "consolidate_interval_seconds",
+    ),
+    ("consolidate", "threshold", "consolidate_threshold"),
+    ("consolidate", "redis_share", "consolidate_redis_share"),
+    ("store", "max_turns", "max_turns"),
+    ("store", "events_max_len", "events_max_len"),
+    ("recall", "default_k", "default_k"),
+    ("recall", "hybrid_policy", "recall_hybrid_policy"),
+    ("upstream", "op_timeout_ms", "op_timeout_ms"),
+    ("write", "replicas", "write_replicas"),
+    ("write", "fsync", "write_fsync"),
+    ("upstream", "cluster", "cluster"),
+    ("write", "wait_ms", "write_wait_ms"),
+    ("store", "index_recheck_ms", "index_recheck_ms"),
+    ("limits", "max_text_bytes", "max_text_bytes"),
+    ("store", "bind_scope_to_acl_user", "bind_scope_to_acl_user"),
+    ("upstream", "sentinel_password", "sentinel_password"),
+    ("upstream", "sentinel_user", "sentinel_user"),
+    ("upstream", "tls_ca_file", "tls_ca_file"),
+    ("upstream", "tls_cert_file", "tls_cert_file"),
+    ("upstream", "tls_key_file", "tls_key_file"),
+    ("upstream", "tls_insecure", "tls_insecure"),
+    ("limits", "max_request_bytes", "max_request_bytes"),
+    ("limits", "max_request_args", "max_request_args"),
+    ("limits", "client_buffer_bytes", "client_buffer_bytes"),
+    ("embed", "timeout_ms", "embed_timeout_ms"),
+    ("embed", "max_batch", "embed_max_batch"),
+    ("embed", "batch_tokens", "embed_batch_tokens"),
+    ("embed", "max_wait_us", "embed_max_wait_us"),
+    ("embed", "queue", "embed_queue"),
+    ("embed", "workers", "embed_workers"),
+    ("embed", "threads", "embed_threads"),
+    ("embed", "spinning", "embed_spinning"),
+    ("embed", "graph_optimization", "embed_graph_optimization"),
+    ("embed", "cache_entries", "embed_cache_entries"),
+    ("embed", "cache_bytes", "embed_cache_bytes"),
+];
+
+/// The resolved settings. Field names are the flat keys (and the flags); a sectioned file puts
+/// them in sections by [`SECTIONS`].
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -297,7 +455,7 @@ pub struct Config {
     pub mcp_tokens: Vec<String>,
     pub log: String,
     /// `text` or `json`.
-    pub log_format: String,
+    pub log_format: LogFormat,
     /// How long in-flight replies may take to finish after SIGINT/SIGTERM.
     pub shutdown_grace_ms: u64,
     /// Threads of the network runtime (0: one per core). The embedder has its own threads.
@@ -311,7 +469,7 @@ pub struct Config {
     pub dedup_threshold: f64,
     pub recall_threshold: f64,
     /// `auto`, `vector`, `keyword` or `hybrid`: the mode of a recall that names none.
-    pub recall_mode: String,
+    pub recall_mode: RecallMode,
     /// `MODE auto`'s gate: nothing is recalled unless the scope's nearest memory is within this
     /// cosine distance (`THRESHOLD` overrides it; chosen on the tuning parts of the recall
     /// evaluation; docs/RECALL.md).
@@ -363,7 +521,7 @@ pub struct Config {
     /// stopping at 1,000: brute force up to there, HNSW batches above), `auto` (RediSearch's
     /// planner), `batches` (HNSW in batches, then filter) or `adhoc_bf` (brute force over the
     /// filtered set).
-    pub recall_hybrid_policy: String,
+    pub recall_hybrid_policy: HybridPolicy,
     /// Budget of one MEM.* upstream operation (pipeline or transaction).
     pub op_timeout_ms: u64,
     /// Replicas every MEM.* write waits for before it is acknowledged (0: none; REPLICAS n on a
@@ -461,7 +619,7 @@ impl Default for Config {
             mcp: true,
             mcp_tokens: Vec::new(),
             log: "info".into(),
-            log_format: "text".into(),
+            log_format: LogFormat::Text,
             shutdown_grace_ms: 5_000,
             worker_threads: 0,
             mem_index_name: "agentmem:idx".into(),
@@ -471,7 +629,7 @@ impl Default for Config {
             session_ttl_seconds: 3600,
             dedup_threshold: 0.20,
             recall_threshold: 0.55,
-            recall_mode: "auto".into(),
+            recall_mode: RecallMode::Auto,
             recall_auto_threshold: 0.63,
             recall_hit_threshold: 2.0,
             recall_relative_cutoff: 0.20,
@@ -491,7 +649,7 @@ impl Default for Config {
             max_turns: 20,
             events_max_len: 1000,
             default_k: 5,
-            recall_hybrid_policy: "adaptive".into(),
+            recall_hybrid_policy: HybridPolicy::Adaptive,
             op_timeout_ms: 2_000,
             write_replicas: 0,
             write_fsync: false,
@@ -548,6 +706,7 @@ impl Config {
                 std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.clone(), e))?;
             let file: toml::Table = toml::from_str(&text)
                 .map_err(|e| ConfigError::Parse(path.clone(), e.to_string()))?;
+            let file = unsection(file).map_err(|e| ConfigError::Parse(path.clone(), e))?;
             let file = serde_json::to_value(file)
                 .map_err(|e| ConfigError::Parse(path.clone(), e.to_string()))?;
             overlay(&mut merged, file);
@@ -593,15 +752,6 @@ impl Config {
             if !(0.0..=2.0).contains(&v) {
                 return bad(k, format!("{v} is not a cosine distance in [0, 2]"));
             }
-        }
-        if !["auto", "rank", "vector", "keyword", "hybrid"].contains(&self.recall_mode.as_str()) {
-            return bad(
-                "recall_mode",
-                format!(
-                    "{:?} is not auto, rank, vector, keyword or hybrid",
-                    self.recall_mode
-                ),
-            );
         }
         for (k, v) in [
             ("recall_relative_cutoff", self.recall_relative_cutoff),
@@ -688,23 +838,6 @@ impl Config {
             return bad(
                 "default_k",
                 format!("{} is not in 1..=1000", self.default_k),
-            );
-        }
-        if !["adaptive", "auto", "batches", "adhoc_bf"]
-            .contains(&self.recall_hybrid_policy.as_str())
-        {
-            return bad(
-                "recall_hybrid_policy",
-                format!(
-                    "{:?} is not adaptive, auto, batches or adhoc_bf",
-                    self.recall_hybrid_policy
-                ),
-            );
-        }
-        if !["text", "json"].contains(&self.log_format.as_str()) {
-            return bad(
-                "log_format",
-                format!("{:?} is not text or json", self.log_format),
             );
         }
         if let Some(a) = &self.http_listen {
@@ -831,6 +964,46 @@ impl Config {
             .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
             .unwrap_or_else(|| self.deps_dir().join("lib/libonnxruntime.so"))
     }
+}
+
+/// A settings file's sections flattened to the settings' own names ([`SECTIONS`]); flat keys
+/// at the top level pass as they are. A setting given twice, or an unknown key in a section, is
+/// an error naming it.
+fn unsection(file: toml::Table) -> Result<toml::Table, String> {
+    let mut flat = toml::Table::new();
+    let mut put = |name: &str, v: toml::Value, shown: String| {
+        if flat.insert(name.to_string(), v).is_some() {
+            return Err(format!(
+                "{shown} is set twice (as a flat key and in its section)"
+            ));
+        }
+        Ok(())
+    };
+    for (k, v) in file {
+        let is_section = SECTIONS.iter().any(|(s, _, _)| *s == k);
+        match v {
+            toml::Value::Table(t) if is_section => {
+                for (sk, sv) in t {
+                    let Some((_, _, name)) =
+                        SECTIONS.iter().find(|(s, key, _)| *s == k && *key == sk)
+                    else {
+                        let hint = SECTIONS
+                            .iter()
+                            .find(|(_, key, name)| *key == sk || *name == sk)
+                            .map(|(s, key, _)| format!(" (did you mean [{s}] {key}?)"))
+                            .unwrap_or_default();
+                        return Err(format!("unknown setting `{sk}` in [{k}]{hint}"));
+                    };
+                    put(name, sv, format!("[{k}] {sk}"))?;
+                }
+            }
+            v => {
+                let shown = format!("`{k}`");
+                put(&k, v, shown)?;
+            }
+        }
+    }
+    Ok(flat)
 }
 
 /// Values present in `top` replace those in `base`.
@@ -1003,5 +1176,53 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("recall_threshold"));
+
+        // Sections: the same settings as flat keys; both kinds in one file; mistakes named.
+        let flags = Flags {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        std::fs::write(
+            &file,
+            "default_k = 7\n[recall]\nmode = \"vector\"\nthreshold = 0.4\n[upstream]\nurl = \"redis://h:1\"\n[limits]\nmax_text_bytes = 1000\n",
+        )
+        .unwrap();
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(c.recall_mode, RecallMode::Vector);
+        assert_eq!(c.recall_threshold, 0.4);
+        assert_eq!(c.upstream, "redis://h:1");
+        assert_eq!((c.max_text_bytes, c.default_k), (1000, 7));
+        let err = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&flags).unwrap_err().to_string()
+        };
+        let e = err("[recall]\nrecall_mode = \"auto\"\n");
+        assert!(
+            e.contains("`recall_mode` in [recall]") && e.contains("[recall] mode"),
+            "{e}"
+        );
+        let e = err("recall_mode = \"auto\"\n[recall]\nmode = \"rank\"\n");
+        assert!(e.contains("set twice"), "{e}");
+        let e = err("[recall]\nmode = \"nearest\"\n");
+        assert!(e.contains("nearest") && e.contains("keyword"), "{e}");
+        let e = err("[server]\nupstream = \"redis://h:1\"\n");
+        assert!(e.contains("[upstream] url"), "{e}");
+    }
+
+    #[test]
+    fn every_setting_has_one_place_in_a_section() {
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let names: Vec<&String> = defaults.as_object().unwrap().keys().collect();
+        for n in &names {
+            let places = SECTIONS.iter().filter(|(_, _, f)| f == n).count();
+            assert_eq!(places, 1, "{n} is in {places} sections");
+        }
+        assert_eq!(SECTIONS.len(), names.len());
+        for (i, (s, k, _)) in SECTIONS.iter().enumerate() {
+            assert!(
+                !SECTIONS[..i].iter().any(|(s2, k2, _)| s2 == s && k2 == k),
+                "[{s}] {k} twice"
+            );
+        }
     }
 }

@@ -37,7 +37,7 @@ fn logging(cfg: &Config, quiet: bool) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
-    if cfg.log_format == "json" {
+    if cfg.log_format == memproxy::config::LogFormat::Json {
         logs.json().init();
     } else {
         logs.init();

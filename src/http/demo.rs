@@ -361,7 +361,7 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
     let cfg = ctx.engine.config();
     let auto = mode
         .as_deref()
-        .unwrap_or(&cfg.recall_mode)
+        .unwrap_or(cfg.recall_mode.name())
         .eq_ignore_ascii_case("auto");
     let drawn = threshold
         .as_deref()

@@ -37,7 +37,7 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
             "recall_relative_cutoff",
             Reply::Double(cfg.recall_relative_cutoff),
         ),
-        ("recall_mode", Reply::text(&cfg.recall_mode)),
+        ("recall_mode", Reply::text(cfg.recall_mode.name())),
         (
             "ttl_by_kind",
             Reply::Map(vec![

@@ -51,7 +51,7 @@ pub const MAX_AT: f64 = 253_402_300_799.0;
 impl RecallOpts {
     pub fn from(o: &super::args::Options, a: &Args, cfg: &Config) -> MemResult<RecallOpts> {
         let mode = match o.str("MODE") {
-            None => Retrieval::parse(&cfg.recall_mode).unwrap_or(Retrieval::Auto),
+            None => cfg.recall_mode.into(),
             Some(m) => Retrieval::parse(m).ok_or_else(|| {
                 a.err(format!(
                     "unknown MODE '{m}' (auto, rank, vector, keyword or hybrid)"

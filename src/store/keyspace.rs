@@ -5,7 +5,7 @@
 //! which is RediSearch's full escape set and more, so no value can close a `{…}` tag, start a
 //! wildcard or add a clause that widens a filter to another user's memories.
 
-use crate::config::Config;
+use crate::config::{Config, HybridPolicy};
 
 /// Fields returned for every memory (never the embedding). Not `id`: a memory's id is its key
 /// without the prefix (what MEM.FORGET takes, and what the proxy keeps vectors by); a
@@ -134,9 +134,11 @@ pub struct Keyspace {
 impl Keyspace {
     pub fn new(cfg: &Config) -> Keyspace {
         Keyspace {
-            knn_policy: match cfg.recall_hybrid_policy.as_str() {
-                "auto" => String::new(),
-                p => format!(" HYBRID_POLICY {}", p.to_uppercase()),
+            knn_policy: match cfg.recall_hybrid_policy {
+                HybridPolicy::Auto => String::new(),
+                HybridPolicy::Adaptive => " HYBRID_POLICY ADAPTIVE".into(),
+                HybridPolicy::Batches => " HYBRID_POLICY BATCHES".into(),
+                HybridPolicy::AdhocBf => " HYBRID_POLICY ADHOC_BF".into(),
             },
             index: cfg.mem_index_name.clone(),
             mem_prefix: cfg.mem_key_prefix.clone(),

@@ -179,6 +179,19 @@ pub enum Retrieval {
     Windows,
 }
 
+impl From<crate::config::RecallMode> for Retrieval {
+    fn from(m: crate::config::RecallMode) -> Retrieval {
+        use crate::config::RecallMode;
+        match m {
+            RecallMode::Auto => Retrieval::Auto,
+            RecallMode::Rank => Retrieval::Rank,
+            RecallMode::Vector => Retrieval::Vector,
+            RecallMode::Keyword => Retrieval::Keyword,
+            RecallMode::Hybrid => Retrieval::Hybrid,
+        }
+    }
+}
+
 impl Retrieval {
     pub fn as_str(self) -> &'static str {
         match self {
