@@ -39,6 +39,32 @@ pub struct UpstreamError {
     /// Redis's code (`WRONGTYPE`, `OOM`, …) when Redis answered an error.
     pub code: Option<String>,
     pub message: String,
+    /// What the error says about memproxy's index, read once from Redis's words where the reply
+    /// is decoded ([`MemError::from_server`]), so no caller reads the text again.
+    pub index: Option<IndexError>,
+}
+
+/// RediSearch's answers about an index that memproxy acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexError {
+    /// `Unknown index name` / `no such index`: FLUSHALL or FT.DROPINDEX removed it.
+    Missing,
+    /// `Index already exists`: another proxy created it first.
+    Exists,
+}
+
+impl IndexError {
+    /// The index fact a RediSearch error line states, if any.
+    fn of(line: &str) -> Option<IndexError> {
+        let l = line.to_ascii_lowercase();
+        if l.contains("no such index") || l.contains("unknown index name") {
+            Some(IndexError::Missing)
+        } else if l.contains("index already exists") {
+            Some(IndexError::Exists)
+        } else {
+            None
+        }
+    }
 }
 
 impl fmt::Display for UpstreamError {
@@ -59,6 +85,16 @@ impl MemError {
         MemError::Upstream(UpstreamError {
             code: None,
             message: msg.into(),
+            index: None,
+        })
+    }
+
+    /// An error reply with Redis's `code` (an upper-case word) and the rest of its line.
+    pub fn coded(code: &str, message: &str) -> Self {
+        MemError::Upstream(UpstreamError {
+            code: Some(code.to_string()),
+            message: message.to_string(),
+            index: IndexError::of(message),
         })
     }
 
@@ -74,19 +110,27 @@ impl MemError {
             return MemError::Denied(line);
         }
         if !code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase()) {
-            return MemError::Upstream(UpstreamError {
-                code: Some(code.to_string()),
-                message: details.to_string(),
-            });
+            return MemError::coded(code, details);
         }
         // Modules sometimes answer plain sentences ("Unknown index name").
-        MemError::upstream(format!("error: {line}"))
+        MemError::Upstream(UpstreamError {
+            code: None,
+            message: format!("error: {line}"),
+            index: IndexError::of(&line),
+        })
+    }
+
+    /// What a Redis error says about memproxy's index (`None`: not an index error).
+    pub fn index_error(&self) -> Option<IndexError> {
+        match self {
+            MemError::Upstream(u) => u.index,
+            _ => None,
+        }
     }
 
     /// The index is gone (FLUSHALL, FLUSHDB, FT.DROPINDEX): create it again and retry.
     pub fn is_missing_index(&self) -> bool {
-        let text = self.to_string().to_lowercase();
-        text.contains("no such index") || text.contains("unknown index name")
+        self.index_error() == Some(IndexError::Missing)
     }
 
     pub fn fault(&self) -> Fault {
@@ -113,13 +157,7 @@ impl From<redis::RedisError> for MemError {
             let message = e.detail().unwrap_or_default().to_string();
             // Redis's codes are upper-case words (WRONGTYPE, NOAUTH, OOM …); modules sometimes
             // answer plain sentences ("Unknown index name"), which the crate splits at the blank.
-            if code.chars().all(|c| c.is_ascii_uppercase()) {
-                return MemError::Upstream(UpstreamError {
-                    code: Some(code.to_string()),
-                    message,
-                });
-            }
-            return MemError::upstream(format!("error: {code} {message}"));
+            return MemError::from_server(code, &message);
         }
         if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
             return MemError::upstream(format!("unavailable: {e}"));
@@ -137,5 +175,27 @@ pub fn ok(v: redis::Value) -> MemResult<redis::Value> {
             Err(MemError::from_server(e.code(), e.details().unwrap_or("")))
         }
         v => Ok(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_errors_are_read_once_where_redis_answered() {
+        let gone = MemError::from_server("Unknown", "Index name");
+        assert!(gone.is_missing_index() && gone.fault() == Fault::Upstream);
+        assert!(MemError::from_server("ERR", "no such index").is_missing_index());
+        let made = MemError::from_server("Index", "already exists");
+        assert_eq!(made.index_error(), Some(IndexError::Exists));
+        assert_eq!(
+            MemError::from_server("OOM", "command not allowed").index_error(),
+            None
+        );
+        // Rights refused are the client's, with Redis's words kept.
+        let denied = MemError::from_server("NOPERM", "User u has no permissions");
+        assert_eq!(denied.fault(), Fault::Client);
+        assert_eq!(denied.line(), "NOPERM User u has no permissions");
     }
 }

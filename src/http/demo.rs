@@ -330,7 +330,7 @@ async fn turn_json(ctx: &Ctx, f: &Form) -> Result<Value, Response> {
         match c.verbs.run(set).await {
             Ok(_) => {}
             // Only a thread that is gone is started again: another user's is refused as it is.
-            Err(e) if e.line.contains("no session") => {
+            Err(e) if e.line.contains(crate::mem::session::NO_SESSION) => {
                 c.run(vec![
                     "MEM.SESSION".into(),
                     "START".into(),

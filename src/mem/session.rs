@@ -1,5 +1,9 @@
 //! MEM.SESSION: working memory of one thread (a hash with a TTL refreshed by every write).
 
+/// How a MEM.SESSION SET/APPEND on a thread that is not there begins (after `ERR `): a
+/// documented error callers may match, as the demo does to start the thread.
+pub const NO_SESSION: &str = "MEM.SESSION: no session";
+
 use super::args::{Args, Opt};
 use crate::engine::Engine;
 use crate::error::MemResult;
@@ -194,7 +198,7 @@ impl SessionCmd {
                 {
                     Some(_) => Ok(Reply::Status("OK")),
                     None => Err(crate::error::MemError::client(format!(
-                        "MEM.SESSION: no session '{thread}' (START it first)"
+                        "{NO_SESSION} '{thread}' (START it first)"
                     ))),
                 }
             }

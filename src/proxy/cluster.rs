@@ -1169,8 +1169,8 @@ impl Session {
             self.out.extend_from_slice(&link.pushes);
         }
         if link.broken.is_none() && link.owed == 0 {
-            if link.admitted {
-                self.state.trusted = true;
+            if let Some(trusted) = link.vouches() {
+                self.state.trusted = trusted;
             }
             self.nodes.insert(
                 node,

@@ -109,7 +109,7 @@ pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receive
             tracing::warn!(%reason, "upstream unavailable for a new client");
             let line = format!(
                 "-ERR upstream unavailable: {}\r\n",
-                reason.replace(['\r', '\n'], " ")
+                reason.to_string().replace(['\r', '\n'], " ")
             );
             let _ = client.write_all(line.as_bytes()).await;
             let _ = client.shutdown().await;
@@ -650,12 +650,8 @@ impl Session {
         }
         // Trusted (no PING probe, prefetching) only once Redis has let this connection in; a
         // MEM.* refused before reaching Redis (a syntax error) proves nothing.
-        let denied =
-            matches!(&reply, Reply::Error(e) if e.starts_with("NOAUTH") || e.starts_with("NOPERM"));
-        if denied {
-            self.mem_trusted = false;
-        } else if link.admitted {
-            self.mem_trusted = true;
+        if let Some(trusted) = link.vouches() {
+            self.mem_trusted = trusted;
         }
         if !silent {
             reply.encode(self.state.protocol, &mut self.out);

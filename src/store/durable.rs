@@ -3,7 +3,7 @@
 
 use super::keyspace::cmd;
 use crate::error::ok;
-use crate::error::{MemError, MemResult, UpstreamError};
+use crate::error::{MemError, MemResult};
 use crate::resp::read::{array, int};
 use crate::upstream::Link;
 
@@ -60,8 +60,5 @@ pub async fn wait(link: &mut Link, d: Durability, wait_ms: u64, what: &str) -> M
 }
 
 fn not_kept(message: String) -> MemError {
-    MemError::Upstream(UpstreamError {
-        code: Some("NOREPLICAS".into()),
-        message,
-    })
+    MemError::coded("NOREPLICAS", &message)
 }

@@ -388,7 +388,7 @@ impl Store {
                         .windows
                         .store(true, std::sync::atomic::Ordering::Relaxed),
                     // Another proxy made it: checked again on the next recheck.
-                    Err(e) if e.to_string().to_lowercase().contains("already exists") => {}
+                    Err(e) if e.index_error() == Some(crate::error::IndexError::Exists) => {}
                     Err(e) => return Err(e),
                 }
             }

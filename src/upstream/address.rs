@@ -17,6 +17,29 @@ pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> AsyncStream for T {}
 pub type Stream = Box<dyn AsyncStream>;
 
+/// Why a connection to the upstream could not be opened: the upstream's side of a failure,
+/// worded for the client's one error line (`ERR upstream unavailable: …`).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("connect to {0} timed out")]
+    Timeout(String),
+    #[error("{addr}: {source}")]
+    Io {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{addr}: TLS: {source}")]
+    Tls {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No sentinel named a primary (their answers, or why none answered).
+    #[error("{0}")]
+    NoPrimary(String),
+}
+
 #[derive(Debug, Clone)]
 enum Target {
     Tcp(String, u16),
@@ -178,39 +201,56 @@ impl UpstreamAddr {
     }
 
     /// Open a connection, within `timeout`.
-    pub async fn connect(&self, timeout: Duration) -> Result<Stream, String> {
+    pub async fn connect(&self, timeout: Duration) -> Result<Stream, ConnectError> {
         tokio::time::timeout(timeout, self.open())
             .await
-            .map_err(|_| format!("connect to {} timed out", self.describe()))?
+            .map_err(|_| ConnectError::Timeout(self.describe()))?
     }
 
-    async fn open(&self) -> Result<Stream, String> {
-        let err = |e: std::io::Error| format!("{}: {e}", self.describe());
+    async fn open(&self) -> Result<Stream, ConnectError> {
+        let io = |addr: String| move |source| ConnectError::Io { addr, source };
         match &self.target {
             Target::Unix(p) => Ok(Box::new(
-                tokio::net::UnixStream::connect(p).await.map_err(err)?,
+                tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(io(self.describe()))?,
             )),
             Target::Sentinel(s) => {
-                let (h, p) = s.primary(Duration::from_secs(2)).await?;
+                let (h, p) = s
+                    .primary(Duration::from_secs(2))
+                    .await
+                    .map_err(ConnectError::NoPrimary)?;
+                let addr = format!("{h}:{p} (the primary of '{}')", s.master);
                 let tcp = tokio::net::TcpStream::connect((h.as_str(), p))
                     .await
-                    .map_err(|e| format!("{h}:{p} (the primary of '{}'): {e}", s.master))?;
+                    .map_err(io(addr.clone()))?;
                 let _ = tcp.set_nodelay(true);
                 match &self.tls {
                     None => Ok(Box::new(tcp)),
                     Some((connector, _)) => {
-                        let name = rustls::pki_types::ServerName::try_from(h.clone())
-                            .map_err(|e| format!("{h}: {e}"))?;
-                        Ok(Box::new(connector.connect(name, tcp).await.map_err(
-                            |e| format!("{h}:{p} (the primary of '{}'): TLS: {e}", s.master),
-                        )?))
+                        let name =
+                            rustls::pki_types::ServerName::try_from(h.clone()).map_err(|e| {
+                                ConnectError::Tls {
+                                    addr: addr.clone(),
+                                    source: std::io::Error::new(
+                                        std::io::ErrorKind::InvalidInput,
+                                        e,
+                                    ),
+                                }
+                            })?;
+                        Ok(Box::new(
+                            connector
+                                .connect(name, tcp)
+                                .await
+                                .map_err(|source| ConnectError::Tls { addr, source })?,
+                        ))
                     }
                 }
             }
             Target::Tcp(h, p) => {
                 let tcp = tokio::net::TcpStream::connect((h.as_str(), *p))
                     .await
-                    .map_err(err)?;
+                    .map_err(io(self.describe()))?;
                 let _ = tcp.set_nodelay(true);
                 match &self.tls {
                     None => Ok(Box::new(tcp)),
@@ -218,7 +258,10 @@ impl UpstreamAddr {
                         connector
                             .connect(name.clone(), tcp)
                             .await
-                            .map_err(|e| format!("{}: TLS: {e}", self.describe()))?,
+                            .map_err(|source| ConnectError::Tls {
+                                addr: self.describe(),
+                                source,
+                            })?,
                     )),
                 }
             }

@@ -47,6 +47,8 @@ pub struct Link {
     pub owed: usize,
     /// Some call got replies and none was NOAUTH: the connection is known to be let in.
     pub admitted: bool,
+    /// Some call was answered NOAUTH or NOPERM: Redis refused this connection something.
+    pub refused: bool,
     /// In cluster mode, the master this connection is to (`host:port`).
     pub node: Option<String>,
     /// In cluster mode, after `ASK`: every call is sent after `ASKING` (the slot is being
@@ -66,6 +68,7 @@ impl Link {
             mode,
             owed: 0,
             admitted: false,
+            refused: false,
             node: None,
             asking: false,
             turned_on: false,
@@ -142,10 +145,26 @@ impl Link {
             replies.push(self.read_reply().await?);
             self.owed -= 1;
         }
-        self.admitted |= !replies
-            .iter()
-            .any(|r| matches!(r, Value::ServerError(e) if e.code() == "NOAUTH"));
+        let code = |c: &str| {
+            replies
+                .iter()
+                .any(|r| matches!(r, Value::ServerError(e) if e.code() == c))
+        };
+        let noauth = code("NOAUTH");
+        self.admitted |= !noauth;
+        self.refused |= noauth || code("NOPERM");
         Ok(replies)
+    }
+
+    /// What this command showed of the connection's standing, for the next MEM.* on it:
+    /// `Some(false)` Redis refused it something (check its rights again), `Some(true)` Redis let
+    /// it in (no probe needed), `None` nothing reached Redis.
+    pub fn vouches(&self) -> Option<bool> {
+        if self.refused {
+            Some(false)
+        } else {
+            self.admitted.then_some(true)
+        }
     }
 
     /// The next reply that is not a push.

@@ -22,5 +22,5 @@ pub mod link;
 pub mod sentinel;
 pub mod tls;
 
-pub use address::{AsyncStream, Stream, UpstreamAddr, UpstreamSettings};
+pub use address::{AsyncStream, ConnectError, Stream, UpstreamAddr, UpstreamSettings};
 pub use link::{encode, Cmd, Link, ReplyMode, REPLY_OFF};
