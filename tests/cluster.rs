@@ -1452,6 +1452,42 @@ fn malformed_request_gets_redis_protocol_error_and_close() {
 }
 
 #[test]
+fn inline_and_multibulk() {
+    inline_and_multibulk_requests(&setup().proxy);
+}
+
+#[test]
+fn ten_thousand_pipelined_in_one_write() {
+    pipeline_of_ten_thousand(&setup().proxy);
+}
+
+#[test]
+fn mixed_pipeline_keeps_order() {
+    mixed_pipeline_in_order(&setup().proxy);
+}
+
+#[test]
+fn transactions() {
+    transactions_refuse_mem_verbs(&setup().proxy);
+}
+
+#[test]
+fn client_reply_off_and_skip() {
+    client_reply_silences(&setup().proxy);
+}
+
+#[test]
+fn resp3_mem_replies_are_maps() {
+    resp3_mem_nulls_follow_the_protocol(&setup().proxy);
+}
+
+#[test]
+fn blocking_command_released_by_another_client() {
+    let s = setup();
+    blocked_client_released(&s.proxy, |key| direct(s.cluster.owner(key)));
+}
+
+#[test]
 fn command_table_knows_the_mem_verbs() {
     let s = setup();
     command_table_merges_the_mem_verbs(&s.proxy, &mut direct(&s.cluster.nodes[0]));
@@ -1461,4 +1497,9 @@ fn command_table_knows_the_mem_verbs() {
 fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
     let s = setup();
     unsubscribe_keeps_the_session(&s.proxy);
+}
+
+#[test]
+fn metrics_count_the_same_things() {
+    metrics_follow_requests(&setup().cluster.nodes[0].url());
 }

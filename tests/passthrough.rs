@@ -7,126 +7,27 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn inline_and_multibulk() {
-    let mut c = shared().proxy.raw();
-    c.send(b"PING\r\n");
-    assert_eq!(c.read_str(), "+PONG\r\n");
-    c.send(b"set inline-k \"a b\"\r\n");
-    assert_eq!(c.read_str(), "+OK\r\n");
-    c.cmd(&[b"GET", b"inline-k"]);
-    assert_eq!(c.read_str(), "$3\r\na b\r\n");
-    // Empty inline lines and *0 get no reply; the next command's reply comes next.
-    c.send(b"\r\n\n*0\r\nMEM.PING\r\n");
-    assert_eq!(c.read_str(), "+PONG\r\n");
+    inline_and_multibulk_requests(&shared().proxy);
 }
 
 #[test]
 fn ten_thousand_pipelined_in_one_write() {
-    let mut c = shared().proxy.raw();
-    let key = unique("pipe");
-    let mut burst = Vec::new();
-    for i in 0..10_000 {
-        burst.extend(encode(&[
-            b"RPUSH",
-            key.as_bytes(),
-            i.to_string().as_bytes(),
-        ]));
-    }
-    c.send(&burst);
-    for i in 0..10_000 {
-        assert_eq!(c.read_str(), format!(":{}\r\n", i + 1));
-    }
+    pipeline_of_ten_thousand(&shared().proxy);
 }
 
 #[test]
 fn mixed_pipeline_keeps_order() {
-    let mut c = shared().proxy.raw();
-    let key = unique("mixed");
-    let mut burst = encode(&[b"SET", key.as_bytes(), b"v1"]);
-    burst.extend(encode(&[b"MEM.PING"]));
-    burst.extend(encode(&[b"GET", key.as_bytes()]));
-    burst.extend(encode(&[b"mem.ping"]));
-    burst.extend(encode(&[b"MEM.NOPE", b"a"]));
-    burst.extend(encode(&[b"GET", key.as_bytes()]));
-    c.send(&burst);
-    assert_eq!(c.read_str(), "+OK\r\n");
-    assert_eq!(c.read_str(), "+PONG\r\n");
-    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
-    assert_eq!(c.read_str(), "+PONG\r\n");
-    assert_eq!(
-        c.read_str(),
-        "-ERR unknown command 'MEM.NOPE', with args beginning with: 'a' \r\n"
-    );
-    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
+    mixed_pipeline_in_order(&shared().proxy);
 }
 
 #[test]
 fn transactions() {
-    let p = &shared().proxy;
-    let key = unique("tx");
-    let mut c = p.raw();
-    c.send(b"MULTI\r\n");
-    assert_eq!(c.read_str(), "+OK\r\n");
-    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
-    assert_eq!(c.read_str(), "+QUEUED\r\n");
-    c.cmd(&[b"MEM.PING"]);
-    assert!(c
-        .read_str()
-        .starts_with("-ERR MEM.PING cannot run inside MULTI"));
-    c.cmd(&[b"INCR", key.as_bytes()]);
-    assert_eq!(c.read_str(), "+QUEUED\r\n");
-    c.send(b"EXEC\r\n");
-    assert_eq!(c.read_str(), "*2\r\n+OK\r\n:2\r\n");
-
-    // WATCH aborts when another client touches the key.
-    c.cmd(&[b"WATCH", key.as_bytes()]);
-    assert_eq!(c.read_str(), "+OK\r\n");
-    let mut other = p.raw();
-    other.cmd(&[b"SET", key.as_bytes(), b"x"]);
-    assert_eq!(other.read_str(), "+OK\r\n");
-    c.send(b"MULTI\r\n");
-    c.cmd(&[b"SET", key.as_bytes(), b"mine"]);
-    c.send(b"EXEC\r\n");
-    assert_eq!(c.read_str(), "+OK\r\n");
-    assert_eq!(c.read_str(), "+QUEUED\r\n");
-    assert_eq!(c.read_str(), "*-1\r\n");
-
-    c.send(b"MULTI\r\n");
-    c.cmd(&[b"SET", key.as_bytes(), b"discarded"]);
-    c.send(b"DISCARD\r\n");
-    c.cmd(&[b"GET", key.as_bytes()]);
-    assert_eq!(c.read_str(), "+OK\r\n");
-    assert_eq!(c.read_str(), "+QUEUED\r\n");
-    assert_eq!(c.read_str(), "+OK\r\n");
-    assert_eq!(c.read_str(), "$1\r\nx\r\n");
-    // MEM.* work again after the transaction.
-    c.cmd(&[b"MEM.PING"]);
-    assert_eq!(c.read_str(), "+PONG\r\n");
+    transactions_refuse_mem_verbs(&shared().proxy);
 }
 
 #[test]
 fn blocking_command_released_by_another_client() {
-    let p = &shared().proxy;
-    let key = unique("blpop");
-    let mut blocked = p.raw();
-    blocked.cmd(&[b"BLPOP", key.as_bytes(), b"0"]);
-    let mut pusher = p.client();
-    // Wait until Redis sees the blocked client, then release it.
-    let mut d = direct(&shared().redis);
-    eventually("client blocked", || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
-        info.lines()
-            .any(|l| l.starts_with("blocked_clients:") && l != "blocked_clients:0")
-    });
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(&key)
-        .arg("hello")
-        .query(&mut pusher)
-        .unwrap();
-    let reply = blocked.read_str();
-    assert_eq!(
-        reply,
-        format!("*2\r\n${}\r\n{key}\r\n$5\r\nhello\r\n", key.len())
-    );
+    blocked_client_released(&shared().proxy, |_| direct(&shared().redis));
 }
 
 #[test]
@@ -202,19 +103,7 @@ fn select_is_per_client() {
 
 #[test]
 fn client_reply_off_and_skip() {
-    let mut c = shared().proxy.raw();
-    let key = unique("reply");
-    c.send(b"CLIENT REPLY SKIP\r\n");
-    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
-    c.cmd(&[b"MEM.PING"]);
-    assert_eq!(c.read_str(), "+PONG\r\n");
-    c.send(b"CLIENT REPLY OFF\r\n");
-    c.cmd(&[b"INCR", key.as_bytes()]);
-    c.cmd(&[b"MEM.PING"]);
-    c.send(b"CLIENT REPLY ON\r\n");
-    assert_eq!(c.read_str(), "+OK\r\n");
-    c.cmd(&[b"GET", key.as_bytes()]);
-    assert_eq!(c.read_str(), "$1\r\n2\r\n");
+    client_reply_silences(&shared().proxy);
 }
 
 #[test]
@@ -266,15 +155,7 @@ fn malformed_request_gets_protocol_error_and_close() {
 
 #[test]
 fn resp3_mem_replies_are_maps() {
-    let mut c = shared().proxy.raw();
-    c.cmd(&[b"HELLO", b"3"]);
-    c.read();
-    c.cmd(&[b"MEM.SESSION", b"GET", unique("none").as_bytes()]);
-    assert_eq!(c.read_str(), "_\r\n");
-    c.cmd(&[b"HELLO", b"2"]);
-    c.read();
-    c.cmd(&[b"MEM.SESSION", b"GET", unique("none").as_bytes()]);
-    assert_eq!(c.read_str(), "$-1\r\n");
+    resp3_mem_nulls_follow_the_protocol(&shared().proxy);
 }
 
 #[test]
@@ -374,4 +255,9 @@ fn unsubscribe_without_subscriptions_answers_once_per_channel() {
 #[test]
 fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
     unsubscribe_keeps_the_session(&shared().proxy);
+}
+
+#[test]
+fn metrics_count_the_same_things() {
+    metrics_follow_requests(&shared().redis.url());
 }

@@ -1031,6 +1031,216 @@ pub fn malformed_requests_are_refused_as_redis_does(proxy: &Proxy) {
     assert!(c.closed());
 }
 
+// --- One behaviour suite: run from the same code against a single Redis (tests/passthrough.rs)
+// --- and a 3-master cluster (tests/cluster.rs); what differs is a documented cluster rule.
+
+/// Inline and multibulk requests, empty lines and `*0` (no reply).
+pub fn inline_and_multibulk_requests(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    c.send(b"PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.send(b"set inline-k \"a b\"\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"GET", b"inline-k"]);
+    assert_eq!(c.read_str(), "$3\r\na b\r\n");
+    // Empty inline lines and *0 get no reply; the next command's reply comes next.
+    c.send(b"\r\n\n*0\r\nMEM.PING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+}
+
+/// Ten thousand requests in one write, answered in order.
+pub fn pipeline_of_ten_thousand(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    let key = unique("pipe");
+    let mut burst = Vec::new();
+    for i in 0..10_000 {
+        burst.extend(encode(&[
+            b"RPUSH",
+            key.as_bytes(),
+            i.to_string().as_bytes(),
+        ]));
+    }
+    c.send(&burst);
+    for i in 0..10_000 {
+        assert_eq!(c.read_str(), format!(":{}\r\n", i + 1));
+    }
+}
+
+/// Ordinary and MEM.* requests in one pipeline: one reply each, in request order.
+pub fn mixed_pipeline_in_order(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    let key = unique("mixed");
+    let mut burst = encode(&[b"SET", key.as_bytes(), b"v1"]);
+    burst.extend(encode(&[b"MEM.PING"]));
+    burst.extend(encode(&[b"GET", key.as_bytes()]));
+    burst.extend(encode(&[b"mem.ping"]));
+    burst.extend(encode(&[b"MEM.NOPE", b"a"]));
+    burst.extend(encode(&[b"GET", key.as_bytes()]));
+    c.send(&burst);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(
+        c.read_str(),
+        "-ERR unknown command 'MEM.NOPE', with args beginning with: 'a' \r\n"
+    );
+    assert_eq!(c.read_str(), "$2\r\nv1\r\n");
+}
+
+/// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
+pub fn transactions_refuse_mem_verbs(proxy: &Proxy) {
+    let p = proxy;
+    let key = unique("tx");
+    let mut c = p.raw();
+    c.send(b"MULTI\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    c.cmd(&[b"MEM.PING"]);
+    assert!(c
+        .read_str()
+        .starts_with("-ERR MEM.PING cannot run inside MULTI"));
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    c.send(b"EXEC\r\n");
+    assert_eq!(c.read_str(), "*2\r\n+OK\r\n:2\r\n");
+
+    // WATCH aborts when another client touches the key.
+    c.cmd(&[b"WATCH", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    let mut other = p.raw();
+    other.cmd(&[b"SET", key.as_bytes(), b"x"]);
+    assert_eq!(other.read_str(), "+OK\r\n");
+    c.send(b"MULTI\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"mine"]);
+    c.send(b"EXEC\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    assert_eq!(c.read_str(), "*-1\r\n");
+
+    c.send(b"MULTI\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"discarded"]);
+    c.send(b"DISCARD\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "$1\r\nx\r\n");
+    // MEM.* work again after the transaction.
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+}
+
+/// CLIENT REPLY SKIP and OFF silence ordinary and MEM.* replies alike; ON answers.
+pub fn client_reply_silences(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    let key = unique("reply");
+    c.send(b"CLIENT REPLY SKIP\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"1"]);
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.send(b"CLIENT REPLY OFF\r\n");
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    c.cmd(&[b"MEM.PING"]);
+    c.send(b"CLIENT REPLY ON\r\n");
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "$1\r\n2\r\n");
+}
+
+/// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
+/// mode finds a thread by its user (PROTOCOL.md §6).
+pub fn resp3_mem_nulls_follow_the_protocol(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    c.cmd(&[b"HELLO", b"3"]);
+    c.read();
+    c.cmd(&[
+        b"MEM.SESSION",
+        b"GET",
+        unique("none").as_bytes(),
+        b"USER",
+        b"u",
+    ]);
+    assert_eq!(c.read_str(), "_\r\n");
+    c.cmd(&[b"HELLO", b"2"]);
+    c.read();
+    c.cmd(&[
+        b"MEM.SESSION",
+        b"GET",
+        unique("none").as_bytes(),
+        b"USER",
+        b"u",
+    ]);
+    assert_eq!(c.read_str(), "$-1\r\n");
+}
+
+/// A client blocked in BLPOP is released by another client's RPUSH (`direct`: a connection
+/// straight to the Redis that holds `key`).
+pub fn blocked_client_released(proxy: &Proxy, direct_to: impl Fn(&str) -> redis::Connection) {
+    let p = proxy;
+    let key = unique("blpop");
+    let mut blocked = p.raw();
+    blocked.cmd(&[b"BLPOP", key.as_bytes(), b"0"]);
+    let mut pusher = p.client();
+    // Wait until Redis sees the blocked client, then release it.
+    let mut d = direct_to(&key);
+    eventually("client blocked", || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
+        info.lines()
+            .any(|l| l.starts_with("blocked_clients:") && l != "blocked_clients:0")
+    });
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg("hello")
+        .query(&mut pusher)
+        .unwrap();
+    let reply = blocked.read_str();
+    assert_eq!(
+        reply,
+        format!("*2\r\n${}\r\n{key}\r\n$5\r\nhello\r\n", key.len())
+    );
+}
+
+/// The metrics count the same things in front of any upstream: clients connected, MEM.*
+/// requests by verb and outcome (the side at fault), latency, nothing lost. A proxy of its own
+/// (with an HTTP listener) in front of `upstream_url`, so the counts are this test's.
+pub fn metrics_follow_requests(upstream_url: &str) {
+    let port = free_port();
+    let proxy = Proxy::start(upstream_url, |c| {
+        c.http_listen = Some(format!("127.0.0.1:{port}"));
+    });
+    let addr = format!("127.0.0.1:{port}");
+    eventually("the HTTP listener", || {
+        http(&addr, "GET", "/healthz", "").0 == 200
+    });
+    let metrics = || http(&addr, "GET", "/metrics", "").1;
+    let user = unique("metrics");
+    let mut con = proxy.client();
+    q(
+        &mut con,
+        &["MEM.REMEMBER", "The user likes chess.", "USER", &user],
+    );
+    q(&mut con, &["MEM.PING"]);
+    q(&mut con, &["SET", &format!("{{{user}}}:k"), "v"]);
+    let _ = err(&mut con, &["MEM.RECALL", "x", "K", "0", "USER", &user]);
+    let m = metrics();
+    for want in [
+        r#"memproxy_mem_requests_total{outcome="ok",verb="mem.remember"} 1"#,
+        r#"memproxy_mem_requests_total{outcome="ok",verb="mem.ping"} 1"#,
+        r#"memproxy_mem_requests_total{outcome="client",verb="mem.recall"} 1"#,
+        "memproxy_mem_request_seconds_bucket{verb=\"mem.remember\"",
+        "memproxy_clients 1",
+        "memproxy_upstream_lost_total 0",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+    drop(con);
+    eventually("the client counted out", || {
+        metrics().contains("memproxy_clients 0")
+    });
+}
+
 /// COMMAND, COMMAND COUNT / INFO / DOCS / LIST answer Redis's entries with the MEM.* verbs
 /// merged in (`d`: a connection straight to a Redis behind `proxy`).
 pub fn command_table_merges_the_mem_verbs(proxy: &Proxy, d: &mut redis::Connection) {
