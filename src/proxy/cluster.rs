@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
-use super::state::Change;
+use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
@@ -150,10 +150,8 @@ struct Session {
     tx: Option<Tx>,
     /// The master a WATCH went to: the transaction must run there.
     watched: Option<String>,
-    /// CLIENT REPLY OFF: no replies go to the client.
-    reply_off: bool,
-    /// CLIENT REPLY SKIP: the next request's reply does not go to the client.
-    skip_next: bool,
+    /// CLIENT REPLY: the masters always answer; the session passes on what the client asked for.
+    replies: Replies,
     out: BytesMut,
     timeout: Duration,
     max_request: usize,
@@ -186,8 +184,7 @@ pub async fn serve(
         state: ClientState::default(),
         tx: None,
         watched: None,
-        reply_off: false,
-        skip_next: false,
+        replies: Replies::default(),
         out: BytesMut::new(),
     };
     engine.metrics.clients.inc();
@@ -315,7 +312,8 @@ impl Session {
                 continue;
             }
             // CLIENT REPLY OFF / SKIP: the request runs, its reply is not passed on.
-            let silent = self.reply_off || std::mem::take(&mut self.skip_next);
+            let mode = self.replies.take_mode();
+            let silent = mode != ReplyMode::On;
             if self.tx.is_some()
                 && !matches!(kind, Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch)
             {
@@ -381,6 +379,10 @@ impl Session {
                     Change::Reset.apply(&f, &mut self.state);
                     self.tx = None;
                     self.watched = None;
+                    if self.replies.reset(mode) {
+                        // Answered under OFF too: RESET turns replies on before it answers.
+                        continue;
+                    }
                 }
                 Kind::Multi => {
                     if self.tx.is_some() {
@@ -417,21 +419,14 @@ impl Session {
 
     /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.
     fn client_reply(&mut self, args: &[&[u8]]) {
-        let mode = args.get(2).map(|m| m.to_ascii_lowercase());
-        match (mode.as_deref(), args.len()) {
-            (Some(b"on"), 3) => {
-                self.reply_off = false;
-                self.skip_next = false;
-                self.out.extend_from_slice(b"+OK\r\n");
-            }
-            (Some(b"off"), 3) => self.reply_off = true,
-            (Some(b"skip"), 3) => {
-                if !self.reply_off {
-                    self.skip_next = true;
+        match args.get(2).and_then(|a| Replies::parse(a)) {
+            Some(m) if args.len() == 3 => {
+                if self.replies.set(m) {
+                    self.out.extend_from_slice(b"+OK\r\n");
                 }
             }
             _ => {
-                if !self.reply_off && !std::mem::take(&mut self.skip_next) {
+                if self.replies.take_mode() == ReplyMode::On {
                     self.error("ERR syntax error");
                 }
             }
@@ -761,10 +756,10 @@ impl Session {
     /// A command inside MULTI: checked for its slot and kept until EXEC.
     async fn queue(&mut self, args: Cmd, kind: Kind) {
         let line = match kind {
-            Kind::Mem => Some(format!(
-                "ERR {} cannot run inside MULTI (the transaction is unaffected)",
-                String::from_utf8_lossy(&args[0]).to_uppercase()
-            )),
+            Kind::Mem => Some(state::mem_in_multi(&args[0])),
+            // A setting changed inside a transaction holds on the transaction's master (outside
+            // one, CONFIG SET goes to every master).
+            Kind::Every(_) if args[0].eq_ignore_ascii_case(b"config") => None,
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()

@@ -121,6 +121,8 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
         "dbsize" => Kind::Every(Merge::Sum),
         "flushall" | "flushdb" => Kind::Every(Merge::First),
         "script" if eq(sub, "load") || eq(sub, "flush") => Kind::Every(Merge::First),
+        // The client sees one Redis: a setting it changes holds wherever its keys live.
+        "config" if eq(sub, "set") || eq(sub, "resetstat") => Kind::Every(Merge::First),
         "function"
             if !eq(sub, "list") && !eq(sub, "dump") && !eq(sub, "stats") && !eq(sub, "help") =>
         {
@@ -200,6 +202,14 @@ pub fn target_of<K: AsRef<[u8]>>(keys: impl IntoIterator<Item = K>) -> Target {
 /// Where a plain command goes; its keys come from the command table, or from the server for
 /// commands with movable keys.
 pub async fn target<A: AsRef<[u8]>>(cluster: &Cluster, args: &[A]) -> Target {
+    // DEBUG OBJECT / DIGEST-VALUE name keys that the command table does not list.
+    if let [name, sub, keys @ ..] = args {
+        if eq(name.as_ref(), "debug")
+            && (eq(sub.as_ref(), "object") || eq(sub.as_ref(), "digest-value"))
+        {
+            return target_of(keys.iter().map(A::as_ref));
+        }
+    }
     match spec_of(cluster, args) {
         Some(spec) if spec.movable => match cluster.get_keys(args).await {
             Ok(keys) => target_of(&keys),
@@ -260,5 +270,10 @@ mod tests {
             Kind::State(Conn::Other)
         );
         assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));
+        assert_eq!(
+            kind(&a(&["config", "SET", "x", "1"])),
+            Kind::Every(Merge::First)
+        );
+        assert_eq!(kind(&a(&["config", "get", "x"])), Kind::Plain);
     }
 }

@@ -38,7 +38,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::route::{self, Conn, Kind};
-use super::state::Change;
+use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
@@ -158,16 +158,11 @@ struct Limits {
 #[derive(Default)]
 struct ReaderState {
     in_multi: bool,
-    reply_off: bool,
-    skip_next: bool,
+    replies: Replies,
     /// Inside MULTI: the database a queued SELECT will switch to at EXEC.
     multi_select: Option<i64>,
     /// Inside MULTI: the reply mode a queued CLIENT REPLY will set at EXEC.
     multi_reply: Option<ReplyMode>,
-}
-
-fn eq(a: &[u8], b: &str) -> bool {
-    a.eq_ignore_ascii_case(b.as_bytes())
 }
 
 fn parse_db(arg: &[u8]) -> Option<i64> {
@@ -180,25 +175,15 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let name = req.arg(buf, 0).unwrap_or_default();
     let arg = |i| req.arg(buf, i).unwrap_or_default();
     let kind = route::kind(&[name, arg(1)]);
-    let skip = std::mem::take(&mut st.skip_next);
-    let silent = st.reply_off || skip;
+    let mode = st.replies.take_mode();
+    let silent = mode != ReplyMode::On;
     let mut track = None;
     match kind {
         Kind::Mem => {
             if st.in_multi {
-                let r = Reply::Error(format!(
-                    "ERR {} cannot run inside MULTI (the transaction is unaffected)",
-                    String::from_utf8_lossy(name).to_uppercase()
-                ));
+                let r = Reply::Error(state::mem_in_multi(name));
                 return (!silent).then_some(Slot::Ready(r));
             }
-            let mode = if st.reply_off {
-                ReplyMode::Off
-            } else if skip {
-                ReplyMode::Skip
-            } else {
-                ReplyMode::On
-            };
             return Some(Slot::Local {
                 args: req.owned_args(buf),
                 mode,
@@ -206,38 +191,14 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             });
         }
         Kind::ClientReply if req.argc() == 3 => {
-            let mode = if eq(arg(2), "off") {
-                Some(ReplyMode::Off)
-            } else if eq(arg(2), "skip") {
-                Some(ReplyMode::Skip)
-            } else if eq(arg(2), "on") {
-                Some(ReplyMode::On)
-            } else {
-                None
-            };
+            let asked = Replies::parse(arg(2));
             if st.in_multi {
                 // Queued: takes effect when EXEC runs it.
-                if mode.is_some() {
-                    st.multi_reply = mode;
+                if asked.is_some() {
+                    st.multi_reply = asked;
                 }
-            } else {
-                match mode {
-                    Some(ReplyMode::Off) => {
-                        st.reply_off = true;
-                        return None;
-                    }
-                    Some(ReplyMode::Skip) => {
-                        if !st.reply_off {
-                            st.skip_next = true;
-                        }
-                        return None;
-                    }
-                    Some(ReplyMode::On) => {
-                        st.reply_off = false;
-                        return Some(Slot::Plain(1));
-                    }
-                    None => {}
-                }
+            } else if let Some(m) = asked {
+                return st.replies.set(m).then_some(Slot::Plain(1));
             }
         }
         Kind::Multi => st.in_multi = true,
@@ -245,12 +206,8 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             let exec = kind == Kind::Exec && st.in_multi;
             st.in_multi = false;
             let select = st.multi_select.take();
-            if let Some(mode) = st.multi_reply.take().filter(|_| exec) {
-                match mode {
-                    ReplyMode::Off => st.reply_off = true,
-                    ReplyMode::Skip => st.skip_next = !st.reply_off,
-                    ReplyMode::On => st.reply_off = false,
-                }
+            if let Some(m) = st.multi_reply.take().filter(|_| exec) {
+                st.replies.set(m);
             }
             if exec {
                 track = select.map(Track::Exec);
@@ -267,7 +224,9 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
         }
         Kind::Reset => {
             *st = ReaderState::default();
-            track = Some(Track::Change(Change::Reset));
+            let answered = st.replies.reset(mode);
+            let track = Slot::Tracked(Track::Change(Change::Reset));
+            return answered.then_some(track);
         }
         Kind::State(_) if !st.in_multi => {
             let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();

@@ -1,5 +1,5 @@
-//! The proxy's view of a client connection's state (protocol, user, database), and how a
-//! request that Redis answered changes it — written once for single and cluster sessions.
+//! The proxy's view of a client connection's state (protocol, user, database, CLIENT REPLY), and
+//! how a request changes it — written once for single and cluster sessions.
 //!
 //! Sessions classify a request with [`route::kind`](super::route::kind), take its [`Change`] with
 //! [`Change::of`] before sending it, and [`Change::apply`] it when Redis's reply is not an error.
@@ -7,6 +7,75 @@
 use super::route::{Conn, Kind};
 use crate::engine::ClientState;
 use crate::resp::Protocol;
+use crate::upstream::ReplyMode;
+
+/// `CLIENT REPLY` as Redis keeps it for a connection: OFF until ON, SKIP for the next request.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Replies {
+    off: bool,
+    skip_next: bool,
+}
+
+impl Replies {
+    /// The mode the next request runs under (a pending SKIP is spent on it). Its reply reaches
+    /// the client only under `On` — except RESET's under OFF ([`Replies::reset`]).
+    pub fn take_mode(&mut self) -> ReplyMode {
+        let skip = std::mem::take(&mut self.skip_next);
+        if self.off {
+            ReplyMode::Off
+        } else if skip {
+            ReplyMode::Skip
+        } else {
+            ReplyMode::On
+        }
+    }
+
+    /// `CLIENT REPLY ON|OFF|SKIP` took effect; returns whether Redis answers it (only ON does).
+    pub fn set(&mut self, mode: ReplyMode) -> bool {
+        match mode {
+            ReplyMode::On => {
+                *self = Replies::default();
+                true
+            }
+            ReplyMode::Off => {
+                self.off = true;
+                false
+            }
+            ReplyMode::Skip => {
+                self.skip_next = !self.off;
+                false
+            }
+        }
+    }
+
+    /// RESET, run under `mode` (from [`Replies::take_mode`]): replies are on again, and Redis answers
+    /// it unless it was SKIPped — under OFF too, as RESET turns replies on before it answers.
+    pub fn reset(&mut self, mode: ReplyMode) -> bool {
+        *self = Replies::default();
+        mode != ReplyMode::Skip
+    }
+
+    /// The mode `CLIENT REPLY <arg>` asks for.
+    pub fn parse(arg: &[u8]) -> Option<ReplyMode> {
+        if arg.eq_ignore_ascii_case(b"on") {
+            Some(ReplyMode::On)
+        } else if arg.eq_ignore_ascii_case(b"off") {
+            Some(ReplyMode::Off)
+        } else if arg.eq_ignore_ascii_case(b"skip") {
+            Some(ReplyMode::Skip)
+        } else {
+            None
+        }
+    }
+}
+
+/// The error a MEM.* inside MULTI answers (the transaction goes on without it).
+pub fn mem_in_multi(name: &[u8]) -> String {
+    format!(
+        "ERR {} cannot run inside MULTI (the transaction is unaffected)",
+        String::from_utf8_lossy(name).to_uppercase()
+    )
+}
 
 /// How a successful reply to a request changes the connection's state.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1132,7 +1132,8 @@ pub fn transactions_refuse_mem_verbs(proxy: &Proxy) {
     assert_eq!(c.read_str(), "+PONG\r\n");
 }
 
-/// CLIENT REPLY SKIP and OFF silence ordinary and MEM.* replies alike; ON answers.
+/// CLIENT REPLY SKIP and OFF silence ordinary and MEM.* replies alike; ON answers; RESET as
+/// Redis answers it under each.
 pub fn client_reply_silences(proxy: &Proxy) {
     let mut c = proxy.raw();
     let key = unique("reply");
@@ -1147,6 +1148,17 @@ pub fn client_reply_silences(proxy: &Proxy) {
     assert_eq!(c.read_str(), "+OK\r\n");
     c.cmd(&[b"GET", key.as_bytes()]);
     assert_eq!(c.read_str(), "$1\r\n2\r\n");
+    // RESET turns replies on before it answers: answered under OFF, not under SKIP (Redis 8.2).
+    c.send(b"CLIENT REPLY OFF\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"3"]);
+    c.send(b"RESET\r\n");
+    c.send(b"PING\r\n");
+    assert_eq!(c.read_str(), "+RESET\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.send(b"CLIENT REPLY SKIP\r\nRESET\r\nPING\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
