@@ -5,7 +5,7 @@
 #   scripts/redis-suite.sh /path/to/redis [unit/type/list unit/multi ...]
 # With no units given, a set that exercises connection state, blocking commands, transactions,
 # pub/sub, tracking, scripting and the protocol is run. Uses the bundled Redis 8 with modules and
-# the release memproxy binary (cargo build --release).
+# the release memproxy binary (cargo build --release; MEMPROXY_BIN=path for another).
 # CLUSTER=1: memproxy in front of a 3-master Redis Cluster instead (made with redis-cli --cluster
 # create), both runs with runtest's --cluster-mode (tests tagged cluster:skip, those that use keys of
 # several slots or other databases, are left out), the direct run still against one Redis: what
@@ -57,7 +57,7 @@ if [ "${CLUSTER:-0}" = 1 ]; then
   done
   UPSTREAM="redis://127.0.0.1:${nodes[0]}"; MODE_FLAGS=(--cluster-mode)
 fi
-"$HERE/target/release/memproxy" --listen "127.0.0.1:$MPORT" --upstream "$UPSTREAM" \
+"${MEMPROXY_BIN:-$HERE/target/release/memproxy}" --listen "127.0.0.1:$MPORT" --upstream "$UPSTREAM" \
   --log warn >"$work/memproxy-server.log" 2>&1 & pids+=($!)
 for p in $RPORT $MPORT; do
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.1; done
