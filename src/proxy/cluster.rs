@@ -404,6 +404,7 @@ impl Session {
                 },
                 Kind::Split(merge) => self.split(args, merge).await?,
                 Kind::Every(merge) => self.every(args, merge).await?,
+                Kind::Config => self.every(args, Merge::First).await?,
                 Kind::Scan => self.scan(args).await?,
                 Kind::Mem => self.mem(args).await?,
                 Kind::Refused(line) => self.error(line),
@@ -757,9 +758,6 @@ impl Session {
     async fn queue(&mut self, args: Cmd, kind: Kind) {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
-            // A setting changed inside a transaction holds on the transaction's master (outside
-            // one, CONFIG SET goes to every master).
-            Kind::Every(_) if args[0].eq_ignore_ascii_case(b"config") => None,
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()

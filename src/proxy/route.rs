@@ -31,6 +31,10 @@ pub enum Kind {
     Every(Merge),
     /// SCAN over every master in turn.
     Scan,
+    /// CONFIG SET / RESETSTAT: the client sees one Redis, so a setting it changes holds wherever
+    /// its keys live — every master (first error, else the first reply); inside a transaction,
+    /// queued like a plain request for the transaction's master.
+    Config,
     /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the connection becomes a tunnel to one node.
     Tunnel,
     /// (P|S)UNSUBSCRIBE outside subscribed mode (a subscribed connection is a tunnel): to one
@@ -121,8 +125,7 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
         "dbsize" => Kind::Every(Merge::Sum),
         "flushall" | "flushdb" => Kind::Every(Merge::First),
         "script" if eq(sub, "load") || eq(sub, "flush") => Kind::Every(Merge::First),
-        // The client sees one Redis: a setting it changes holds wherever its keys live.
-        "config" if eq(sub, "set") || eq(sub, "resetstat") => Kind::Every(Merge::First),
+        "config" if eq(sub, "set") || eq(sub, "resetstat") => Kind::Config,
         "function"
             if !eq(sub, "list") && !eq(sub, "dump") && !eq(sub, "stats") && !eq(sub, "help") =>
         {
@@ -270,10 +273,7 @@ mod tests {
             Kind::State(Conn::Other)
         );
         assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));
-        assert_eq!(
-            kind(&a(&["config", "SET", "x", "1"])),
-            Kind::Every(Merge::First)
-        );
+        assert_eq!(kind(&a(&["config", "SET", "x", "1"])), Kind::Config);
         assert_eq!(kind(&a(&["config", "get", "x"])), Kind::Plain);
     }
 }

@@ -71,6 +71,9 @@ enum Slot {
     },
     /// A reply known at parse time.
     Ready(Reply),
+    /// A change Redis makes without answering (RESET under CLIENT REPLY SKIP): applied once
+    /// every earlier reply is in.
+    Quiet(Change),
     /// (P|S)UNSUBSCRIBE outside subscribed mode: Redis answers once per channel (once with none
     /// named) and the connection stays as it was. Under RESP2 these are this many plain replies,
     /// under RESP3 pushes (forwarded as they come, no slot): the protocol in force when the slot
@@ -140,7 +143,6 @@ pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receive
         state: ClientState::default(),
         local: None,
         tunnel_requested: false,
-        mem_trusted: false,
         limits,
         grace: Duration::from_millis(cfg.shutdown_grace_ms),
     }
@@ -163,10 +165,6 @@ struct ReaderState {
     multi_select: Option<i64>,
     /// Inside MULTI: the reply mode a queued CLIENT REPLY will set at EXEC.
     multi_reply: Option<ReplyMode>,
-}
-
-fn parse_db(arg: &[u8]) -> Option<i64> {
-    std::str::from_utf8(arg).ok()?.parse().ok()
 }
 
 /// Decide what slot a request takes, by the command table ([`route::kind`]). Returns `None`
@@ -214,7 +212,8 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             }
         }
         Kind::State(Conn::Select) if st.in_multi => {
-            if let Some(db) = parse_db(arg(1)).filter(|_| req.argc() == 2) {
+            let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
+            if let Some(Change::Select(db)) = Change::of(kind, &args) {
                 st.multi_select = Some(db);
             }
         }
@@ -224,9 +223,12 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
         }
         Kind::Reset => {
             *st = ReaderState::default();
-            let answered = st.replies.reset(mode);
-            let track = Slot::Tracked(Track::Change(Change::Reset));
-            return answered.then_some(track);
+            return Some(if st.replies.reset(mode) {
+                Slot::Tracked(Track::Change(Change::Reset))
+            } else {
+                // Under SKIP Redis resets without a word: applied when the slot is reached.
+                Slot::Quiet(Change::Reset)
+            });
         }
         Kind::State(_) if !st.in_multi => {
             let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
@@ -276,9 +278,6 @@ struct Session {
     local: Option<(LocalRun, bool)>,
     /// A tunnel-switching request was seen: client bytes now go upstream unparsed.
     tunnel_requested: bool,
-    /// A MEM.* on this connection passed Redis's auth and rights checks since the last AUTH:
-    /// only then are queued MEM.* embedded ahead of their turn (prefetch).
-    mem_trusted: bool,
     limits: Limits,
     grace: Duration,
 }
@@ -427,7 +426,9 @@ impl Session {
                             mode: _,
                             silent: _,
                         }) => {
-                            if !self.slots.is_empty() && self.mem_trusted {
+                            // Only once a MEM.* passed Redis's auth and rights checks since the
+                            // last AUTH are queued ones embedded ahead of their turn.
+                            if !self.slots.is_empty() && self.state.trusted {
                                 self.engine.prefetch(args);
                             }
                             self.push_slot(slot.expect("matched"));
@@ -566,6 +567,13 @@ impl Session {
                     }
                     self.out.extend_from_slice(&frame);
                 }
+                Some(Slot::Quiet(_)) => {
+                    let Some(Slot::Quiet(change)) = self.slots.pop_front() else {
+                        unreachable!()
+                    };
+                    self.pending -= 1;
+                    change.apply(b"+", &mut self.state);
+                }
                 Some(Slot::Ready(_)) => {
                     let Some(Slot::Ready(reply)) = self.slots.pop_front() else {
                         unreachable!()
@@ -581,8 +589,7 @@ impl Session {
                         let timeout = Duration::from_millis(self.engine.config().op_timeout_ms);
                         let mut link = Link::new(stream, self.ubuf.split(), mode, timeout);
                         let engine = self.engine.clone();
-                        let mut state = self.state.clone();
-                        state.trusted = self.mem_trusted;
+                        let state = self.state.clone();
                         self.local = Some((
                             Box::pin(async move {
                                 let reply = engine.execute(args, &state, &mut link).await;
@@ -610,7 +617,7 @@ impl Session {
         // Trusted (no PING probe, prefetching) only once Redis has let this connection in; a
         // MEM.* refused before reaching Redis (a syntax error) proves nothing.
         if let Some(trusted) = link.vouches() {
-            self.mem_trusted = trusted;
+            self.state.trusted = trusted;
         }
         if !silent {
             reply.encode(self.state.protocol, &mut self.out);
@@ -651,9 +658,7 @@ impl Session {
     fn track(&mut self, track: Track, frame: &[u8]) {
         match track {
             Track::Change(change) => {
-                if change.apply(frame, &mut self.state) {
-                    self.mem_trusted = false;
-                }
+                change.apply(frame, &mut self.state);
             }
             // An aborted or WATCH-failed EXEC answers an error or a null, not an array.
             Track::Exec(db) => {

@@ -130,46 +130,38 @@ impl Change {
         }
     }
 
-    /// Apply the change after Redis answered `reply` (nothing changes on an error reply).
-    /// Returns whether the connection's identity changed (a MEM.* that got past authentication
-    /// before no longer vouches for it: `state.trusted` is cleared).
-    pub fn apply(self, reply: &[u8], state: &mut ClientState) -> bool {
+    /// Apply the change after Redis answered `reply` (nothing changes on an error reply). A new
+    /// identity clears `state.trusted`: a MEM.* that got past authentication before no longer
+    /// vouches for the connection.
+    pub fn apply(self, reply: &[u8], state: &mut ClientState) {
         if matches!(reply.first(), Some(b'-') | Some(b'!')) {
-            return false;
+            return;
         }
-        let identity = match self {
+        match self {
             Change::Hello(proto, user) => {
                 if let Some(p) = proto {
                     state.protocol = p;
                 }
-                user.map(|u| {
+                if let Some(u) = user {
                     state.authenticated = true;
                     state.user = Some(u);
-                })
-                .is_some()
+                    state.trusted = false;
+                }
             }
             Change::Auth(user) => {
                 state.authenticated = true;
                 state.user = Some(user);
-                true
+                state.trusted = false;
             }
-            Change::Select(db) => {
-                state.db = db;
-                false
-            }
+            Change::Select(db) => state.db = db,
             Change::Reset => {
                 let scope_user = state.scope_user.take();
                 *state = ClientState {
                     scope_user,
                     ..ClientState::default()
                 };
-                true
             }
-        };
-        if identity {
-            state.trusted = false;
         }
-        identity
     }
 }
 
@@ -200,13 +192,21 @@ mod tests {
             trusted: true,
             ..ClientState::default()
         };
-        assert!(!change(&["auth", "u", "pw"])
+        change(&["auth", "u", "pw"])
             .unwrap()
-            .apply(b"-WRONGPASS\r\n", &mut st));
-        assert!(st.trusted && st.user.is_none());
-        assert!(change(&["auth", "u", "pw"])
+            .apply(b"-WRONGPASS\r\n", &mut st);
+        assert!(st.trusted && st.user.is_none() && !st.authenticated);
+        change(&["auth", "u", "pw"])
             .unwrap()
-            .apply(b"+OK\r\n", &mut st));
+            .apply(b"+OK\r\n", &mut st);
         assert!(!st.trusted && st.user.as_deref() == Some("u") && st.authenticated);
+        // SELECT keeps the trust; RESET drops everything but a bound scope user.
+        st.trusted = true;
+        st.scope_user = Some("bound".into());
+        change(&["select", "3"]).unwrap().apply(b"+OK\r\n", &mut st);
+        assert!(st.trusted && st.db == 3);
+        Change::Reset.apply(b"+RESET\r\n", &mut st);
+        assert!(!st.trusted && st.db == 0 && st.user.is_none());
+        assert_eq!(st.scope_user.as_deref(), Some("bound"));
     }
 }

@@ -1155,36 +1155,29 @@ pub fn client_reply_silences(proxy: &Proxy) {
     c.send(b"PING\r\n");
     assert_eq!(c.read_str(), "+RESET\r\n");
     assert_eq!(c.read_str(), "+PONG\r\n");
+    // RESET under SKIP is silent and still resets: MEM.* answer in RESP2 again after HELLO 3.
+    c.cmd(&[b"HELLO", b"3"]);
+    assert!(c.read_str().starts_with('%'));
     c.send(b"CLIENT REPLY SKIP\r\nRESET\r\nPING\r\n");
     assert_eq!(c.read_str(), "+PONG\r\n");
     c.cmd(&[b"MEM.PING"]);
     assert_eq!(c.read_str(), "+PONG\r\n");
+    c.cmd(&[b"MEM.INFO"]);
+    let info = c.read_str();
+    assert!(info.starts_with('*'), "{info}");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
 /// mode finds a thread by its user (PROTOCOL.md §6).
 pub fn resp3_mem_nulls_follow_the_protocol(proxy: &Proxy) {
     let mut c = proxy.raw();
-    c.cmd(&[b"HELLO", b"3"]);
-    c.read();
-    c.cmd(&[
-        b"MEM.SESSION",
-        b"GET",
-        unique("none").as_bytes(),
-        b"USER",
-        b"u",
-    ]);
-    assert_eq!(c.read_str(), "_\r\n");
-    c.cmd(&[b"HELLO", b"2"]);
-    c.read();
-    c.cmd(&[
-        b"MEM.SESSION",
-        b"GET",
-        unique("none").as_bytes(),
-        b"USER",
-        b"u",
-    ]);
-    assert_eq!(c.read_str(), "$-1\r\n");
+    for (protocol, null) in [(b"3", "_\r\n"), (b"2", "$-1\r\n")] {
+        c.cmd(&[b"HELLO", protocol]);
+        c.read();
+        let thread = unique("none");
+        c.cmd(&[b"MEM.SESSION", b"GET", thread.as_bytes(), b"USER", b"u"]);
+        assert_eq!(c.read_str(), null);
+    }
 }
 
 /// A client blocked in BLPOP is released by another client's RPUSH (`direct`: a connection
