@@ -154,6 +154,12 @@ pub struct Flags {
     #[arg(long, env = "MEMPROXY_RECALL_MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recall_mode: Option<RecallMode>,
+    /// Layout of the memory index memproxy creates: `guide` (JSON, FLOAT32: the redis.io guide's,
+    /// shared with its demos) or `compact` (HASH, FLOAT16: about a quarter of the memory). An
+    /// existing index keeps its own layout [default: guide].
+    #[arg(long, global = true, env = "MEMPROXY_STORAGE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
     /// Replicas every MEM.* write waits for (WAIT) before it is acknowledged [default: 0].
     #[arg(long, env = "MEMPROXY_WRITE_REPLICAS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +288,27 @@ impl RecallMode {
     }
 }
 
+/// The layout of the memory index memproxy creates (`storage`); an existing index's own layout
+/// is read from the index (`store::schema::check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Storage {
+    /// The redis.io agent-memory guide's: JSON documents, FLOAT32 vectors.
+    Guide,
+    /// HASH documents, FLOAT16 vector blobs, no offsets or highlighting in the text index.
+    Compact,
+}
+
+impl Storage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::Guide => "guide",
+            Storage::Compact => "compact",
+        }
+    }
+}
+
 /// How RediSearch combines the scope filter with KNN (`recall_hybrid_policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -349,6 +376,7 @@ pub const SECTIONS: &[(&str, &str, &str)] = &[
     ("server", "worker_threads", "worker_threads"),
     ("store", "mem_index_name", "mem_index_name"),
     ("store", "mem_key_prefix", "mem_key_prefix"),
+    ("store", "storage", "storage"),
     ("store", "session_key_prefix", "session_key_prefix"),
     ("store", "event_key_prefix", "event_key_prefix"),
     ("store", "session_ttl_seconds", "session_ttl_seconds"),
@@ -463,6 +491,8 @@ pub struct Config {
 
     pub mem_index_name: String,
     pub mem_key_prefix: String,
+    /// The layout of an index memproxy creates (`guide` or `compact`).
+    pub storage: Storage,
     pub session_key_prefix: String,
     pub event_key_prefix: String,
     pub session_ttl_seconds: u64,
@@ -624,6 +654,7 @@ impl Default for Config {
             worker_threads: 0,
             mem_index_name: "agentmem:idx".into(),
             mem_key_prefix: "agent:mem:".into(),
+            storage: Storage::Guide,
             session_key_prefix: "agent:session:".into(),
             event_key_prefix: "agent:events:".into(),
             session_ttl_seconds: 3600,

@@ -103,7 +103,10 @@ async fn readyz(State(engine): State<Arc<Engine>>) -> impl IntoResponse {
         engine.store.ready().await
     };
     match check.await {
-        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Ok(()) => (
+            StatusCode::OK,
+            format!("ready (storage {})\n", engine.store.storage().name()),
+        ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {}\n", e.line()),

@@ -1,7 +1,7 @@
 //! MEM.INFO: what memproxy is configured with and what the index holds.
 //!
 //! # Format
-//! `MEM.INFO` → map `index, num_docs, indexing_failures, model, dim, dedup_threshold,
+//! `MEM.INFO` → map `index, storage, num_docs, indexing_failures, model, dim, dedup_threshold,
 //! recall_threshold, recall_auto_threshold, recall_hit_threshold, recall_relative_cutoff, recall_mode, ttl_by_kind, consolidator, mem_key_prefix, session_key_prefix, event_key_prefix,
 //! embed_cache_hits, embed_cache_misses, embed_batches, embed_texts, embed_workers_replaced,
 //! version, upstream`.
@@ -19,6 +19,7 @@ pub async fn apply(engine: &Engine, link: &mut Link) -> MemResult<Reply> {
     let up = engine.upstream_addr();
     Ok(Reply::Map(vec![
         ("index", Reply::text(&cfg.mem_index_name)),
+        ("storage", Reply::text(engine.store.storage().name())),
         ("num_docs", Reply::Int(docs)),
         ("indexing_failures", Reply::Int(failures)),
         ("model", Reply::text(&engine.embedder.info().name)),

@@ -71,11 +71,12 @@ async fn export_from(
         thread: None,
     });
     let mut pages = ScopeKeys::new(keys, scope.as_ref());
+    let compact = keys.compact();
     let model = &engine.embedder.info().name;
     let mut n = 0;
     let link = &mut *link;
     while let Some(keys) = pages.next(link).await? {
-        for m in store.read_memories(link, &keys).await? {
+        for m in store.read_memories(link, &keys, compact).await? {
             let wanted = match &scope {
                 Some(s) => s.matches(&m.user, &m.namespace, &m.kind, None),
                 None => {

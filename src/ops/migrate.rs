@@ -210,6 +210,13 @@ impl<'e> Migration<'e> {
             .info(&index)
             .await?
             .ok_or_else(|| err(format!("there is no index {index}: {PASSED_OVER}")))?;
+        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim())
+            .is_ok_and(|f| f.layout == crate::config::Storage::Compact)
+        {
+            return Err(err(format!(
+                "index {index} is in the compact layout, which migrate does not convert yet: {PASSED_OVER}"
+            )));
+        }
         // The guide's own schema passes the check (memproxy compares scopes exactly itself), but
         // its scope tags match case-insensitively: migrating it gives memproxy's exact index.
         if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok()
@@ -266,8 +273,13 @@ impl<'e> Migration<'e> {
         let target = self.target.clone();
         if self.info(&target).await?.is_none() {
             let dim = self.engine.store.dim();
-            self.call_spec(Keyspace::index_create(&target, &prefix, dim))
-                .await?;
+            self.call_spec(Keyspace::index_create(
+                &target,
+                &prefix,
+                dim,
+                crate::config::Storage::Guide,
+            ))
+            .await?;
         }
         self.indexed(&target, progress).await?;
         self.set(&[("step", "built")]).await
@@ -355,7 +367,7 @@ impl<'e> Migration<'e> {
             let memories = self
                 .engine
                 .store
-                .read_memories(&mut self.link, &keys)
+                .read_memories(&mut self.link, &keys, false)
                 .await?;
             let stale: Vec<_> = memories
                 .iter()

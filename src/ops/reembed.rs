@@ -41,6 +41,9 @@ pub async fn reembed(
         let mut link = addr.admin(timeout).await?;
         link.node = node;
         let info = crate::error::ok(link.call1(Keyspace::index_info(&keys.index)).await?)?;
+        if let Some(layout) = crate::store::schema::layout_of(&info) {
+            keys.layout.set(layout);
+        }
         total += crate::resp::read::field(crate::resp::read::array(&info), "num_docs")
             .and_then(|v| crate::resp::read::text(v).and_then(|t| t.parse::<usize>().ok()))
             .unwrap_or(0);
@@ -74,9 +77,10 @@ async fn reembed_index(
     progress: &mut impl FnMut(usize, usize),
 ) -> MemResult<()> {
     let store = &engine.store;
+    let ks = keys;
     let mut pages = ScopeKeys::new(keys, None);
     while let Some(keys) = pages.next(link).await? {
-        let memories = store.read_memories(link, &keys).await?;
+        let memories = store.read_memories(link, &keys, ks.compact()).await?;
         for chunk in memories.chunks(CONCURRENT) {
             let vectors =
                 futures::future::join_all(chunk.iter().map(|m| engine.embedder.embed(&m.text)))
@@ -91,10 +95,20 @@ async fn reembed_index(
                 {
                     continue;
                 }
-                let json = serde_json::to_string(&v[..]).unwrap_or_default();
-                writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json, "XX"]));
                 // A long text's later windows, by the same model (`embed::windows`).
                 let ws = crate::mem::embed::windows(engine, &m.text).await?;
+                if ks.compact() {
+                    // FXX: only fields that exist, so a memory deleted meanwhile stays deleted.
+                    let blob = ks.vector_blob(&v);
+                    writes.push(hsetex_fxx(&m.key, "embedding", blob));
+                    for (i, w) in ws.iter().enumerate() {
+                        let wkey = crate::store::keyspace::window_key(&m.key, i + 1);
+                        windows.push(hsetex_fxx(&wkey, "windows", ks.vector_blob(w)));
+                    }
+                    continue;
+                }
+                let json = serde_json::to_string(&v[..]).unwrap_or_default();
+                writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json, "XX"]));
                 if !ws.is_empty() {
                     let ws: Vec<&[f32]> = ws.iter().map(|w| &w[..]).collect();
                     let json = serde_json::to_string(&ws).unwrap_or_default();
@@ -117,4 +131,11 @@ async fn reembed_index(
         progress(done.examined, total);
     }
     Ok(())
+}
+
+/// `HSETEX key FXX FIELDS 1 field value`: set a field of a hash only where it exists (Redis 8).
+fn hsetex_fxx(key: &str, field: &str, value: Vec<u8>) -> crate::store::keyspace::Spec {
+    let mut c = cmd(&["HSETEX", key, "FXX", "FIELDS", "1", field]);
+    c.push(value);
+    c
 }

@@ -200,9 +200,10 @@ impl Store {
     /// The scope's memories with their vectors (exact user; namespace and kind as the scope).
     async fn members(&self, link: &mut Link, scope: &Scope) -> MemResult<Vec<Member>> {
         let mut pages = ScopeKeys::new(&self.site(link).keys, Some(scope));
+        let compact = self.site(link).keys.compact();
         let mut members = Vec::new();
         while let Some(keys) = pages.next(link).await? {
-            for m in self.read_memories(link, &keys).await? {
+            for m in self.read_memories(link, &keys, compact).await? {
                 if m.embedding.len() != self.dim
                     || !scope.matches(&m.user, &m.namespace, &m.kind, None)
                     || Kind::parse(&m.kind).is_none()

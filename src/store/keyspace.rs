@@ -5,7 +5,9 @@
 //! which is RediSearch's full escape set and more, so no value can close a `{…}` tag, start a
 //! wildcard or add a clause that widens a filter to another user's memories.
 
-use crate::config::{Config, HybridPolicy};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::config::{Config, HybridPolicy, Storage};
 
 /// Fields returned for every memory (never the embedding). Not `id`: a memory's id is its key
 /// without the prefix (what MEM.FORGET takes, and what the proxy keeps vectors by); a
@@ -129,6 +131,44 @@ pub struct Keyspace {
     /// Cluster mode: memory ids, session and event keys carry their user's hash tag
     /// (`agent:mem:{alice}:<id>`), so that all of a user's data shares one slot.
     pub tagged: bool,
+    /// The index's layout: the setting until the index check reads the index's own.
+    pub layout: Layout,
+}
+
+/// The layout of one memory index (`config::Storage`): set by the index check from the index
+/// itself, read by every key, document and query built for it.
+#[derive(Debug, Default)]
+pub struct Layout(AtomicBool);
+
+impl Layout {
+    pub fn of(storage: Storage) -> Layout {
+        Layout(AtomicBool::new(storage == Storage::Compact))
+    }
+
+    pub fn get(&self) -> Storage {
+        if self.0.load(Ordering::Relaxed) {
+            Storage::Compact
+        } else {
+            Storage::Guide
+        }
+    }
+
+    pub fn set(&self, storage: Storage) {
+        self.0.store(storage == Storage::Compact, Ordering::Relaxed);
+    }
+}
+
+impl Clone for Layout {
+    fn clone(&self) -> Layout {
+        Layout::of(self.get())
+    }
+}
+
+/// The compact layout keeps each later window of a long text as a HASH of its own beside the
+/// memory, `<memory key>#w<n>` (n from 1), with the memory's scope tags and the vector in
+/// `windows`; the memory's `window_count` says how many.
+pub fn window_key(memory_key: &str, n: usize) -> String {
+    format!("{memory_key}#w{n}")
 }
 
 impl Keyspace {
@@ -145,6 +185,21 @@ impl Keyspace {
             session_prefix: cfg.session_key_prefix.clone(),
             event_prefix: cfg.event_key_prefix.clone(),
             tagged: false,
+            layout: Layout::of(cfg.storage),
+        }
+    }
+
+    /// Does this index keep memories as hashes (the compact layout)?
+    pub fn compact(&self) -> bool {
+        self.layout.get() == Storage::Compact
+    }
+
+    /// A vector as this index's vector fields take it: FLOAT32 (guide) or FLOAT16 (compact).
+    pub fn vector_blob(&self, v: &[f32]) -> Vec<u8> {
+        if self.compact() {
+            f16_blob(v)
+        } else {
+            vector_blob(v)
         }
     }
 
@@ -252,7 +307,7 @@ impl Keyspace {
             b"PARAMS".to_vec(),
             b"2".to_vec(),
             b"vec".to_vec(),
-            vector_blob(vector),
+            self.vector_blob(vector),
         ]);
         s.extend(
             ["SORTBY", "distance", "ASC", "LIMIT", "0", &k]
@@ -469,8 +524,8 @@ impl Keyspace {
     }
 
     /// `FT.CREATE` of memproxy's memory index over `prefix` (the schema: [`super::schema`]).
-    pub fn index_create(index: &str, prefix: &str, dim: usize) -> Spec {
-        Self::index_create_with(&super::schema::create_args(index, prefix, dim))
+    pub fn index_create(index: &str, prefix: &str, dim: usize, layout: Storage) -> Spec {
+        Self::index_create_with(&super::schema::create_args(index, prefix, dim, layout))
     }
 
     /// `FT.CREATE` with these arguments (an index's own, read back from `FT.INFO`: a rollback).
@@ -495,14 +550,16 @@ impl Keyspace {
         cmd(&["FT.ALIASDEL", alias])
     }
 
-    /// A page of the scope's memories, newest first.
+    /// A page of the scope's memories, newest first (in the compact layout, memories only: a
+    /// long text's windows are documents of their own, without `created_ts`).
     pub fn list(&self, scope: &Scope, offset: usize, count: usize) -> Spec {
         let (o, c) = (offset.to_string(), count.to_string());
+        let mut query = scope.filter();
+        if self.compact() {
+            query.push_str(" @created_ts:[-inf +inf]");
+        }
         Self::with_return(
-            self.spec(
-                scope.filter(),
-                &["SORTBY", "created_ts", "DESC", "LIMIT", &o, &c],
-            ),
+            self.spec(query, &["SORTBY", "created_ts", "DESC", "LIMIT", &o, &c]),
             &[],
         )
     }
@@ -553,11 +610,18 @@ impl Keyspace {
     /// Write memory `key`, or bump another memory's hit count; set TTLs.
     pub fn rights_remember(&self, key: &str) -> Vec<Spec> {
         let mut r = self.rights_read();
-        r.extend([
-            cmd(&["JSON.SET", key, "$", "{}", "NX"]),
-            cmd(&["JSON.NUMINCRBY", key, "$.hit_count", "1"]),
-            cmd(&["EXPIRE", key, "1"]),
-        ]);
+        if self.compact() {
+            r.extend([
+                cmd(&["HSET", key, "f", "v"]),
+                cmd(&["HINCRBY", key, "hit_count", "1"]),
+            ]);
+        } else {
+            r.extend([
+                cmd(&["JSON.SET", key, "$", "{}", "NX"]),
+                cmd(&["JSON.NUMINCRBY", key, "$.hit_count", "1"]),
+            ]);
+        }
+        r.push(cmd(&["EXPIRE", key, "1"]));
         r
     }
 
@@ -585,15 +649,28 @@ impl Keyspace {
 
     /// Delete one memory (reading its owner first).
     pub fn rights_forget_id(&self, key: &str) -> Vec<Spec> {
-        vec![cmd(&["JSON.GET", key, "$.user"]), cmd(&["DEL", key])]
+        vec![self.read_field(key, "user"), cmd(&["DEL", key])]
+    }
+
+    /// Reading one field of the memory at `key`.
+    fn read_field(&self, key: &str, name: &str) -> Spec {
+        if self.compact() {
+            cmd(&["HGET", key, name])
+        } else {
+            cmd(&["JSON.GET", key, &format!("$.{name}")])
+        }
     }
 
     /// Merge memories into `kept`: read them, set the kept one's hit count and TTL, delete the
     /// rest.
     pub fn rights_consolidate(&self, kept: &str) -> Vec<Spec> {
         vec![
-            cmd(&["JSON.GET", kept, "$.user"]),
-            cmd(&["JSON.SET", kept, "$.hit_count", "1"]),
+            self.read_field(kept, "user"),
+            if self.compact() {
+                cmd(&["HSET", kept, "hit_count", "1"])
+            } else {
+                cmd(&["JSON.SET", kept, "$.hit_count", "1"])
+            },
             cmd(&["PTTL", kept]),
             cmd(&["PEXPIRE", kept, "1"]),
             cmd(&["PERSIST", kept]),
@@ -604,7 +681,7 @@ impl Keyspace {
     /// Delete a scope's memories (found by a cursor the client runs itself).
     pub fn rights_forget_scope(&self) -> Vec<Spec> {
         let key = self.memory("0");
-        vec![cmd(&["JSON.GET", &key, "$.user"]), cmd(&["DEL", &key])]
+        vec![self.read_field(&key, "user"), cmd(&["DEL", &key])]
     }
 }
 
@@ -623,6 +700,32 @@ pub fn glob_escape(s: &str) -> String {
 /// A vector as RediSearch's FLOAT32 blob (little-endian).
 pub fn vector_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A vector as RediSearch's FLOAT16 blob (IEEE half precision, little-endian; the compact layout).
+pub fn f16_blob(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+        .collect()
+}
+
+/// A FLOAT32 or FLOAT16 blob of `dim` numbers read back; `None` when its size is neither.
+pub fn blob_vector(b: &[u8], dim: usize) -> Option<Vec<f32>> {
+    if b.len() == dim * 4 {
+        Some(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        )
+    } else if b.len() == dim * 2 {
+        Some(
+            b.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        )
+    } else {
+        None
+    }
 }
 
 /// A fresh memory id: 12 lowercase hex digits.
@@ -665,6 +768,7 @@ mod tests {
             session_prefix: "s:".into(),
             event_prefix: "e:".into(),
             tagged: false,
+            layout: Layout::default(),
         };
         let s = Scope {
             user: "u".into(),

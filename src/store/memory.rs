@@ -159,6 +159,13 @@ pub struct Stored {
     pub embedding: Vec<f32>,
 }
 
+/// `b` as a netstring (`<len>:<bytes>`; see [`Store::memory_doc`]).
+fn netstring(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(b.len().to_string().as_bytes());
+    out.push(b':');
+    out.extend_from_slice(b);
+}
+
 /// Keys one pipeline of [`Store::read_memories`] reads.
 const READ_BATCH: usize = 200;
 
@@ -282,8 +289,40 @@ pub const SCOPE_SIZE_TTL: std::time::Duration = std::time::Duration::from_secs(1
 const SCOPE_SIZES_KEPT: usize = 10_000;
 
 impl Store {
-    /// The JSON document of a new memory, in the guide's layout.
-    pub(crate) fn memory_doc(&self, id: &str, m: &NewMemory<'_>, vector: &[f32]) -> String {
+    /// The document of a new memory as the scripts take it: the guide's JSON, or in the compact
+    /// layout the hash's fields as netstrings (`<len>:<bytes>`, field then value; each later
+    /// window's vector as a field `#w`, written to a hash of its own by the script).
+    pub(crate) fn memory_doc(
+        &self,
+        keys: &Keyspace,
+        id: &str,
+        m: &NewMemory<'_>,
+        vector: &[f32],
+    ) -> Vec<u8> {
+        if keys.compact() {
+            let mut doc = Vec::with_capacity(m.text.len() + 2 * vector.len() + 200);
+            let ts = m.created_ts.unwrap_or_else(now_ts).to_string();
+            let hits = m.hits.unwrap_or(0).to_string();
+            let thread = m.scope.thread.clone().unwrap_or_default();
+            for (f, v) in [
+                ("text", m.text.as_bytes()),
+                ("user", m.scope.user.as_bytes()),
+                ("namespace", m.scope.namespace.as_bytes()),
+                ("kind", m.kind.as_str().as_bytes()),
+                ("source_thread", thread.as_bytes()),
+                ("created_ts", ts.as_bytes()),
+                ("hit_count", hits.as_bytes()),
+                ("embedding", &keys.vector_blob(vector)),
+            ] {
+                netstring(&mut doc, f.as_bytes());
+                netstring(&mut doc, v);
+            }
+            for w in m.windows {
+                netstring(&mut doc, b"#w");
+                netstring(&mut doc, &keys.vector_blob(w));
+            }
+            return doc;
+        }
         let mut doc = json!({
             "id": id,
             "user": m.scope.user,
@@ -299,7 +338,7 @@ impl Store {
             let w: Vec<&[f32]> = m.windows.iter().map(|v| &v[..]).collect();
             doc["windows"] = json!(w);
         }
-        doc.to_string()
+        doc.to_string().into_bytes()
     }
 
     /// The scope a dedup check looks in: same user, namespace and kind (any thread).
@@ -351,7 +390,7 @@ impl Store {
         for _ in 0..ID_TRIES {
             let id = self.keys.new_memory_id(&m.scope.user);
             let key = self.keys.memory(&id);
-            let mut args = vec![self.memory_doc(&id, m, vector).into_bytes()];
+            let mut args = vec![self.memory_doc(&site.keys, &id, m, vector)];
             self.remember_args(&site.keys, m, vector, &mut args);
             let v = self
                 .scripts
@@ -750,61 +789,115 @@ impl Store {
         Ok(deleted)
     }
 
-    /// The memories at `keys` (pipelined JSON.GET and PTTL on the client's connection, with its
-    /// rights); keys that are gone or not memories are left out.
-    pub async fn read_memories(&self, link: &mut Link, keys: &[String]) -> MemResult<Vec<Stored>> {
+    /// The memories at `keys` (pipelined JSON.GET, or HGETALL in the compact layout, and PTTL on
+    /// the client's connection, with its rights); keys that are gone or not memories (another
+    /// writer's keys under the prefix, a long text's window) are left out.
+    pub async fn read_memories(
+        &self,
+        link: &mut Link,
+        keys: &[String],
+        compact: bool,
+    ) -> MemResult<Vec<Stored>> {
         let mut out = Vec::with_capacity(keys.len());
         for batch in keys.chunks(READ_BATCH) {
             let mut cmds = Vec::with_capacity(batch.len() * 2);
             for k in batch {
-                cmds.push(cmd(&["JSON.GET", k, "$"]));
+                cmds.push(if compact {
+                    cmd(&["HGETALL", k])
+                } else {
+                    cmd(&["JSON.GET", k, "$"])
+                });
                 cmds.push(cmd(&["PTTL", k]));
             }
             let replies = link.call(&cmds).await?;
             for (k, pair) in batch.iter().zip(replies.chunks(2)) {
                 let doc = match ok(pair[0].clone()) {
                     Ok(Value::Nil) => continue,
-                    // Not a JSON document (another writer's key under the prefix).
+                    // Not a document of this layout (another writer's key under the prefix).
                     Err(MemError::Upstream(u)) if u.code.as_deref() == Some("WRONGTYPE") => {
                         continue
                     }
-                    Ok(v) => text(&v).unwrap_or_default(),
+                    Ok(v) => v,
                     Err(e) => return Err(e),
                 };
-                let Ok(serde_json::Value::Array(mut docs)) = serde_json::from_str(&doc) else {
-                    continue;
+                let pttl = int(&ok(pair[1].clone())?).unwrap_or(-1);
+                let stored = if compact {
+                    self.stored_hash(k, &doc, pttl)
+                } else {
+                    self.stored_json(k, &doc, pttl)
                 };
-                let Some(d) = docs.pop() else { continue };
-                let s = |f: &str| {
-                    d.get(f)
-                        .and_then(|v| v.as_str())
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                out.push(Stored {
-                    key: k.clone(),
-                    id: self.keys.memory_id(k).to_string(),
-                    text: s("text"),
-                    user: s("user"),
-                    namespace: s("namespace"),
-                    kind: s("kind"),
-                    source_thread: s("source_thread"),
-                    created_ts: d.get("created_ts").and_then(|v| v.as_f64()),
-                    hit_count: d.get("hit_count").and_then(|v| v.as_i64()).unwrap_or(0),
-                    pttl: int(&ok(pair[1].clone())?).unwrap_or(-1),
-                    embedding: d
-                        .get("embedding")
-                        .and_then(|v| v.as_array())
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|x| x.as_f64().map(|f| f as f32))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                });
+                out.extend(stored);
             }
         }
         Ok(out)
+    }
+
+    /// A memory from its JSON document (`JSON.GET key $`).
+    fn stored_json(&self, k: &str, doc: &Value, pttl: i64) -> Option<Stored> {
+        let doc = text(doc).unwrap_or_default();
+        let Ok(serde_json::Value::Array(mut docs)) = serde_json::from_str(&doc) else {
+            return None;
+        };
+        let d = docs.pop()?;
+        let s = |f: &str| {
+            d.get(f)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        Some(Stored {
+            key: k.to_string(),
+            id: self.keys.memory_id(k).to_string(),
+            text: s("text"),
+            user: s("user"),
+            namespace: s("namespace"),
+            kind: s("kind"),
+            source_thread: s("source_thread"),
+            created_ts: d.get("created_ts").and_then(|v| v.as_f64()),
+            hit_count: d.get("hit_count").and_then(|v| v.as_i64()).unwrap_or(0),
+            pttl,
+            embedding: d
+                .get("embedding")
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_f64().map(|f| f as f32))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// A memory from its hash (`HGETALL key`, the compact layout); `None` for an empty hash and
+    /// for a long text's window (a hash without `text`).
+    fn stored_hash(&self, k: &str, doc: &Value, pttl: i64) -> Option<Stored> {
+        let pairs = flat(doc);
+        let raw = |f: &str| match field(&pairs, f) {
+            Some(Value::BulkString(b)) => Some(b.as_slice()),
+            _ => None,
+        };
+        let s = |f: &str| {
+            raw(f)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        raw("text")?;
+        let num = |f: &str| s(f).trim().parse::<f64>().ok();
+        Some(Stored {
+            key: k.to_string(),
+            id: self.keys.memory_id(k).to_string(),
+            text: s("text"),
+            user: s("user"),
+            namespace: s("namespace"),
+            kind: s("kind"),
+            source_thread: s("source_thread"),
+            created_ts: num("created_ts"),
+            hit_count: num("hit_count").map(|h| h as i64).unwrap_or(0),
+            pttl,
+            embedding: raw("embedding")
+                .and_then(|b| super::keyspace::blob_vector(b, self.dim))
+                .unwrap_or_default(),
+        })
     }
 
     /// A page of a scope's memories, newest first.

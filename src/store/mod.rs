@@ -244,6 +244,15 @@ impl Store {
         &self.cfg
     }
 
+    /// The layout of the memory index: the one read from the index by its last check (the
+    /// `storage` setting before any). Cluster mode: the first master's.
+    pub fn storage(&self) -> crate::config::Storage {
+        self.all_sites()
+            .first()
+            .map(|s| s.keys.layout.get())
+            .unwrap_or(self.cfg.storage)
+    }
+
     pub fn dim(&self) -> usize {
         self.dim
     }
@@ -375,18 +384,22 @@ impl Store {
         let (index, prefix) = (&site.keys.index, &site.keys.mem_prefix);
         match crate::error::ok(self.admin_one(site, Keyspace::index_info(index)).await?) {
             Ok(v) => {
-                let windows = schema::check(&v, index, prefix, self.dim)
+                let found = schema::check(&v, index, prefix, self.dim)
                     .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
                 site.windows
-                    .store(windows, std::sync::atomic::Ordering::Relaxed);
+                    .store(found.windows, std::sync::atomic::Ordering::Relaxed);
+                site.keys.layout.set(found.layout);
             }
             Err(e) if e.is_missing_index() => {
-                tracing::info!(%index, %prefix, dim = self.dim, "creating the memory index");
-                let create = Keyspace::index_create(index, prefix, self.dim);
+                let layout = self.cfg.storage;
+                tracing::info!(%index, %prefix, dim = self.dim, storage = layout.name(), "creating the memory index");
+                let create = Keyspace::index_create(index, prefix, self.dim, layout);
                 match crate::error::ok(self.admin_one(site, create).await?) {
-                    Ok(_) => site
-                        .windows
-                        .store(true, std::sync::atomic::Ordering::Relaxed),
+                    Ok(_) => {
+                        site.windows
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        site.keys.layout.set(layout);
+                    }
                     // Another proxy made it: checked again on the next recheck.
                     Err(e) if e.index_error() == Some(crate::error::IndexError::Exists) => {}
                     Err(e) => return Err(e),

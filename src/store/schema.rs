@@ -6,6 +6,7 @@
 
 use redis::Value;
 
+use crate::config::Storage;
 use crate::resp::read::{array, field, text};
 
 /// (JSON path, attribute, type) of every non-vector field.
@@ -19,15 +20,34 @@ pub const FIELDS: [(&str, &str, &str); 7] = [
     ("$.hit_count", "hit_count", "NUMERIC"),
 ];
 
-/// FT.CREATE arguments (after the command name).
-pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
-    let mut a: Vec<String> = [index, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+/// FT.CREATE arguments (after the command name) of an index in `layout`.
+///
+/// The guide's layout: JSON documents, fields by JSON path, FLOAT32 vectors, numbers SORTABLE.
+/// The compact layout: HASH documents with the same field names (identifier = attribute), FLOAT16
+/// vectors, and an index that keeps no term offsets or highlighting data (`NOOFFSETS NOHL`: no
+/// query memproxy sends uses phrases or highlighting; term frequencies stay, so BM25 is the same)
+/// and no sortable copies of the numbers.
+pub fn create_args(index: &str, prefix: &str, dim: usize, layout: Storage) -> Vec<String> {
+    let compact = layout == Storage::Compact;
+    let mut a: Vec<String> = [
+        index,
+        "ON",
+        if compact { "HASH" } else { "JSON" },
+        "PREFIX",
+        "1",
+        prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if compact {
+        a.extend(["NOOFFSETS".to_string(), "NOHL".to_string()]);
+    }
+    a.push("SCHEMA".into());
     for (path, name, ty) in FIELDS {
-        a.extend([path, "AS", name, ty].iter().map(|s| s.to_string()));
-        if ty == "NUMERIC" {
+        let id = if compact { name } else { path };
+        a.extend([id, "AS", name, ty].iter().map(|s| s.to_string()));
+        if ty == "NUMERIC" && !compact {
             a.push("SORTABLE".into());
         }
         // Scope tags compare exactly ("Alice" is not "alice"); reads check exactly as well, so
@@ -36,7 +56,13 @@ pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
             a.push("CASESENSITIVE".into());
         }
     }
-    for (path, name) in [("$.embedding", "embedding"), (WINDOWS_PATH, "windows")] {
+    let windows = if compact { "windows" } else { WINDOWS_PATH };
+    let (emb, ty) = if compact {
+        ("embedding", "FLOAT16")
+    } else {
+        ("$.embedding", "FLOAT32")
+    };
+    for (path, name) in [(emb, "embedding"), (windows, "windows")] {
         a.extend(
             [
                 path,
@@ -46,7 +72,7 @@ pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
                 "HNSW",
                 "6",
                 "TYPE",
-                "FLOAT32",
+                ty,
                 "DIM",
                 &dim.to_string(),
                 "DISTANCE_METRIC",
@@ -64,18 +90,34 @@ pub fn create_args(index: &str, prefix: &str, dim: usize) -> Vec<String> {
 /// Optional: an index without it (the guide's) is accepted, and recall then sees first windows only.
 pub const WINDOWS_PATH: &str = "$.windows[*]";
 
-/// Compare an FT.INFO reply with what memproxy needs; `Err` lists every difference, `Ok` says
-/// whether the index has the optional `windows` field.
-pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<bool, String> {
+/// What the check found in an index memproxy can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// The layout, read from the index (JSON: guide; HASH: compact).
+    pub layout: Storage,
+    /// The index has the optional `windows` field.
+    pub windows: bool,
+}
+
+/// Compare an FT.INFO reply with what memproxy needs in the layout the index itself has (its key
+/// type: JSON is the guide's, HASH the compact one); `Err` lists every difference.
+pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<Found, String> {
     let info = array(info);
     let mut diffs = Vec::new();
     let def = field(info, "index_definition")
         .map(array)
         .unwrap_or_default();
     let key_type = field(def, "key_type").and_then(text).unwrap_or_default();
-    if key_type != "JSON" {
-        diffs.push(format!("key type is {key_type}, not JSON"));
-    }
+    let layout = match key_type.as_str() {
+        "JSON" => Storage::Guide,
+        "HASH" => Storage::Compact,
+        other => {
+            diffs.push(format!("key type is {other}, not JSON or HASH"));
+            Storage::Guide
+        }
+    };
+    let compact = layout == Storage::Compact;
+    let vector_type = if compact { "FLOAT16" } else { "FLOAT32" };
     let prefixes: Vec<String> = field(def, "prefixes")
         .map(array)
         .unwrap_or_default()
@@ -106,8 +148,9 @@ pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<bool
                     diffs.push(format!("field {name} is {got}, not {ty}"));
                 }
                 let got_path = field(a, "identifier").and_then(text).unwrap_or_default();
-                if got_path != path {
-                    diffs.push(format!("field {name} indexes {got_path}, not {path}"));
+                let want = if compact { name } else { path };
+                if got_path != want {
+                    diffs.push(format!("field {name} indexes {got_path}, not {want}"));
                 }
             }
         }
@@ -130,9 +173,9 @@ pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<bool
                 get("distance_metric")
             ));
         }
-        if !get("data_type").eq_ignore_ascii_case("FLOAT32") {
+        if !get("data_type").eq_ignore_ascii_case(vector_type) {
             diffs.push(format!(
-                "vector type of {name} is {}, not FLOAT32",
+                "vector type of {name} is {}, not {vector_type}",
                 get("data_type")
             ));
         }
@@ -145,17 +188,33 @@ pub fn check(info: &Value, index: &str, prefix: &str, dim: usize) -> Result<bool
     if let Some(a) = windows {
         vector("windows", a, &mut diffs);
         let path = field(a, "identifier").and_then(text).unwrap_or_default();
-        if path != WINDOWS_PATH {
-            diffs.push(format!("field windows indexes {path}, not {WINDOWS_PATH}"));
+        let want = if compact { "windows" } else { WINDOWS_PATH };
+        if path != want {
+            diffs.push(format!("field windows indexes {path}, not {want}"));
         }
     }
     if diffs.is_empty() {
-        Ok(windows.is_some())
+        Ok(Found {
+            layout,
+            windows: windows.is_some(),
+        })
     } else {
         Err(format!(
             "index {index} does not match: {}",
             diffs.join("; ")
         ))
+    }
+}
+
+/// The layout an index's key type says (JSON: the guide's, HASH: compact), if either.
+pub fn layout_of(info: &Value) -> Option<Storage> {
+    let def = field(array(info), "index_definition")
+        .map(array)
+        .unwrap_or_default();
+    match field(def, "key_type").and_then(text).as_deref() {
+        Some("JSON") => Some(Storage::Guide),
+        Some("HASH") => Some(Storage::Compact),
+        _ => None,
     }
 }
 

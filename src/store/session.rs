@@ -322,15 +322,15 @@ impl Store {
         let (kind, doc, mem_ttl, threshold) = match &t.remember {
             Some(m) => (
                 m.kind.as_str(),
-                self.memory_doc(&id, m, t.document),
+                self.memory_doc(&site.keys, &id, m, t.document),
                 m.ttl.unwrap_or(0),
                 m.dedup.unwrap_or(-1.0),
             ),
-            None => ("", String::new(), 0, -1.0),
+            None => ("", Vec::new(), 0, -1.0),
         };
+        args.push(kind.as_bytes().to_vec());
+        args.push(doc);
         for a in [
-            kind.to_string(),
-            doc,
             mem_ttl.to_string(),
             threshold.to_string(),
             self.keys.mem_prefix.clone(),

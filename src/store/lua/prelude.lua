@@ -73,20 +73,132 @@ local function adapt_policy(args)
   return out, chosen
 end
 
+-- A memory is the guide's JSON document or (the compact layout) a hash of the same fields; a
+-- long text's later windows in the compact layout are hashes of their own, `<memory key>#w<n>`
+-- (n from 1, `window_count` of them), with the memory's scope tags and the vector in `windows`.
+
+-- The field `name` of the memory at `key` as a string or number, in either layout; nil when the
+-- key is not a memory or lacks the field.
+local function memory_field(key, name)
+  local t = redis.call('TYPE', key).ok
+  if t == 'hash' then
+    local v = redis.call('HGET', key, name)
+    if v then return v end
+    return nil
+  elseif t == 'ReJSON-RL' then
+    local ok, v = pcall(redis.call, 'JSON.GET', key, '$.' .. name)
+    if not ok or not v then return nil end
+    local okd, decoded = pcall(cjson.decode, v)
+    if not okd or type(decoded) ~= 'table' or decoded[1] == cjson.null then return nil end
+    return decoded[1]
+  end
+  return nil
+end
+
+-- The windows of a compact memory (none for a JSON one: its windows are inside it).
+local function window_keys(key)
+  local out = {}
+  if redis.call('TYPE', key).ok ~= 'hash' then return out end
+  local n = tonumber(redis.call('HGET', key, 'window_count')) or 0
+  for w = 1, math.min(n, 100000) do out[w] = key .. '#w' .. w end
+  return out
+end
+
+-- Delete a memory with its windows; returns 1 if the memory was there.
+local function delete_memory(key)
+  for _, w in ipairs(window_keys(key)) do redis.call('DEL', w) end
+  return redis.call('DEL', key)
+end
+
+-- Give a memory and its windows this PTTL (-1: none).
+local function expire_memory(key, pttl)
+  local all = window_keys(key)
+  all[#all + 1] = key
+  for _, k in ipairs(all) do
+    if pttl == -1 then redis.call('PERSIST', k) else redis.call('PEXPIRE', k, pttl) end
+  end
+end
+
+-- Set (or add to) a memory's hit count.
+local function set_hits(key, n, add)
+  if redis.call('TYPE', key).ok == 'hash' then
+    if add then return redis.call('HINCRBY', key, 'hit_count', n) end
+    return redis.call('HSET', key, 'hit_count', n)
+  end
+  if add then return redis.call('JSON.NUMINCRBY', key, '$.hit_count', n) end
+  return redis.call('JSON.SET', key, '$.hit_count', n)
+end
+
+-- The Redis type a new memory's document is written as: JSON (the guide's) or a hash (compact,
+-- sent as netstrings "<len>:<bytes>" of field, value; see Store::memory_doc).
+local function doc_type(doc)
+  if string.sub(doc or '', 1, 1) == '{' then return 'ReJSON-RL' end
+  return 'hash'
+end
+
+local function netstrings(doc)
+  local out, i = {}, 1
+  while i <= #doc do
+    local c = string.find(doc, ':', i, true)
+    local n = c and tonumber(string.sub(doc, i, c - 1))
+    if not n then return nil end
+    out[#out + 1] = string.sub(doc, c + 1, c + n)
+    i = c + n + 1
+  end
+  return out
+end
+
+local SCOPE_TAGS = {user = true, namespace = true, kind = true, source_thread = true}
+
+-- Write a compact memory and its windows (every key with the TTL).
+local function write_hash(key, doc, ttl)
+  local items = netstrings(doc)
+  if not items or #items % 2 ~= 0 then return redis.error_reply('ERR malformed compact document') end
+  local main, scope, windows = {}, {}, {}
+  for j = 1, #items, 2 do
+    local f, v = items[j], items[j + 1]
+    if f == '#w' then
+      windows[#windows + 1] = v
+    else
+      main[#main + 1] = f; main[#main + 1] = v
+      if SCOPE_TAGS[f] then scope[#scope + 1] = f; scope[#scope + 1] = v end
+    end
+  end
+  if #windows > 0 then main[#main + 1] = 'window_count'; main[#main + 1] = tostring(#windows) end
+  redis.call('HSET', key, unpack(main))
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  for w, blob in ipairs(windows) do
+    local wk = key .. '#w' .. w
+    redis.call('DEL', wk)
+    redis.call('HSET', wk, 'windows', blob, unpack(scope))
+    if ttl > 0 then redis.call('EXPIRE', wk, ttl) end
+  end
+  return nil
+end
+
 -- Run FT.SEARCH; returns {'ok', total, rows, policy} with rows {key, pttl, score, {field, value,
 -- …}} (pttl '' when `ttl` is false; policy: what `adaptive` chose, BATCHES or ADHOC_BF, else ''),
 -- or {'err', message}. Never raises, so one failing side of a hybrid recall does not fail both.
--- The fields a row lacks, read from its JSON document (see cluster_search).
+-- The fields a row lacks, read from its document (see cluster_search), in either layout.
 local function load_fields(key, fields, wanted)
   local have, out = {}, {}
   if type(fields) == 'table' then
     for j = 1, #fields, 2 do have[fields[j]] = true; out[#out + 1] = fields[j]; out[#out + 1] = fields[j + 1] end
   end
-  local paths = {key}
+  local names = {}
   for _, name in ipairs(wanted) do
-    if not have[name] and name ~= 'distance' then paths[#paths + 1] = '$.' .. name end
+    if not have[name] and name ~= 'distance' then names[#names + 1] = name end
   end
-  if #paths == 1 then return out end
+  if #names == 0 then return out end
+  if redis.call('TYPE', key).ok == 'hash' then
+    local vals = redis.call('HMGET', key, unpack(names))
+    for j, name in ipairs(names) do
+      if vals[j] then out[#out + 1] = name; out[#out + 1] = vals[j] end
+    end
+    return out
+  end
+  local paths = {key}
+  for _, name in ipairs(names) do paths[#paths + 1] = '$.' .. name end
   paths[#paths + 1] = '$.__memproxy_none'  -- two paths or more: the reply is an object
   local ok, raw = pcall(redis.call, 'JSON.GET', unpack(paths))
   if not ok or type(raw) ~= 'string' then return out end
@@ -101,6 +213,28 @@ local function load_fields(key, fields, wanted)
     end
   end
   return out
+end
+
+-- A compact window's row stands for its memory: the memory's key, its fields and TTL, the
+-- window's distance. nil when the memory is gone (a window outliving it is skipped).
+local function window_row(key, fields, wanted, ttl)
+  local parent = string.match(key, '^(.*)#w%d+$')
+  if not parent or redis.call('TYPE', parent).ok ~= 'hash' then return nil end
+  local out = {}
+  for j = 1, #fields, 2 do
+    if fields[j] == 'distance' then out[1] = 'distance'; out[2] = fields[j + 1] end
+  end
+  local names = {}
+  for _, name in ipairs(wanted) do
+    if name ~= 'distance' then names[#names + 1] = name end
+  end
+  if #names > 0 then
+    local vals = redis.call('HMGET', parent, unpack(names))
+    for j, name in ipairs(names) do
+      if vals[j] then out[#out + 1] = name; out[#out + 1] = vals[j] end
+    end
+  end
+  return {parent, ttl == false and '' or redis.call('PTTL', parent), '', out}
 end
 
 -- A search on a cluster node's index (memproxy names those `<index>{n}`): RediSearch without
@@ -132,8 +266,23 @@ local function cluster_search(args)
   return out, wanted
 end
 
+-- The RETURN list of FT.SEARCH arguments (nil without one).
+local function returned(args)
+  for n = 1, #args do
+    if string.upper(args[n]) == 'RETURN' then
+      local out = {}
+      for j = 1, tonumber(args[n + 1]) or 0 do out[j] = args[n + 1 + j] end
+      return out
+    end
+  end
+  return nil
+end
+
 local function search(args, ttl)
   local policy, wanted
+  -- A KNN over compact windows finds window hashes: their rows become their memories'.
+  local windows = string.find(args[2] or '', '@windows $vec', 1, true) ~= nil
+  local asked = windows and returned(args)
   args, policy = adapt_policy(args)
   args, wanted = cluster_search(args)
   local r = redis.pcall('FT.SEARCH', unpack(args))
@@ -149,8 +298,13 @@ local function search(args, ttl)
     i = i + 1
     if withscores then score = r[i]; i = i + 1 end
     if not nocontent then fields = r[i]; i = i + 1 end
-    if wanted then fields = load_fields(key, fields, wanted) end
-    rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
+    if asked and string.find(key, '#w', 1, true) and redis.call('TYPE', key).ok == 'hash' then
+      local row = window_row(key, fields, asked, ttl)
+      if row then rows[#rows + 1] = row end
+    else
+      if wanted then fields = load_fields(key, fields, wanted) end
+      rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
+    end
   end
   return {'ok', r[1], rows, policy or ''}
 end
@@ -219,11 +373,16 @@ end
 -- remember's HITS). Returns {'new'|'dedup', key, distance, pttl}.
 local function remember_write(new_key, doc, ttl, cand, bump)
   if cand[1] then
-    redis.call('JSON.NUMINCRBY', cand[1], '$.hit_count', bump)
+    set_hits(cand[1], bump, true)
     return {'dedup', cand[1], cand[2], redis.call('PTTL', cand[1])}
   end
-  redis.call('JSON.SET', new_key, '$', doc, 'NX')
-  if ttl > 0 then redis.call('EXPIRE', new_key, ttl) end
+  if doc_type(doc) == 'hash' then
+    local err = write_hash(new_key, doc, ttl)
+    if err then return err end
+  else
+    redis.call('JSON.SET', new_key, '$', doc, 'NX')
+    if ttl > 0 then redis.call('EXPIRE', new_key, ttl) end
+  end
   return {'new', new_key, cand[2], redis.call('PTTL', new_key)}
 end
 

@@ -2,7 +2,7 @@
 -- namespace, kind, bump (what a dedup adds to the hit count: 1 + HITS), then the dedup search
 -- spec when deduping.
 -- Returns {'new'|'dedup', key, distance or '', pttl}, or {'collision'} when the new key exists.
-local err = expect_type(KEYS[1], 'ReJSON-RL')
+local err = expect_type(KEYS[1], doc_type(A[1]))
 if err then return err end
 local ttl, terr = valid_ttl(A[2])
 if terr then return terr end

@@ -5,7 +5,7 @@
 -- Order: every check (types, owner, TTLs, the dedup decision, a colliding id) → recall (reads) →
 -- writes: remember → append the turn → one event. Nothing is written unless all checks pass.
 -- Returns {turn_count, recalled, remembered, event}, or {'collision'}.
-local err = expect_type(KEYS[1], 'hash') or expect_type(KEYS[2], 'stream') or expect_type(KEYS[3], 'ReJSON-RL')
+local err = expect_type(KEYS[1], 'hash') or expect_type(KEYS[2], 'stream') or expect_type(KEYS[3], doc_type(A[11]))
   or check_owner(KEYS[1], A[15])
 if err then return err end
 local thread, role, content, now = A[1], A[2], A[3], A[4]
