@@ -1503,3 +1503,71 @@ fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
 fn metrics_count_the_same_things() {
     metrics_follow_requests(&setup().cluster.nodes[0].url());
 }
+
+#[test]
+fn the_compact_layout_on_a_cluster() {
+    // A cluster of its own: the shared one's masters hold the guide layout's index.
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |c| {
+        c.storage = memproxy::config::Storage::Compact;
+    });
+    let s = Setup { cluster, proxy };
+    let mut c = s.proxy.client();
+    let users = users_on_every_master(&s, &unique("cu"));
+    let filler: String = (0..30)
+        .map(|i| format!("Line {i} of the ledger lists parcels and their weights. "))
+        .collect();
+    for u in &users {
+        let long = format!("{filler}{u} hid the spare key under the third flowerpot.");
+        let r = q(
+            &mut c,
+            &["MEM.REMEMBER", &long, "USER", u, "KIND", "semantic"],
+        );
+        let id = as_str(get(&r, "id"));
+        let owner = s.cluster.owner(&format!("{{{u}}}"));
+        let mut d = direct(owner);
+        let t: String = redis::cmd("TYPE")
+            .arg(format!("agent:mem:{id}"))
+            .query(&mut d)
+            .unwrap();
+        assert_eq!(t, "hash");
+        let windows: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("agent:mem:{id}#w*"))
+            .query(&mut d)
+            .unwrap();
+        assert!(!windows.is_empty(), "the windows live beside the memory");
+        q(
+            &mut c,
+            &["MEM.REMEMBER", "The user likes plums.", "USER", u],
+        );
+        let hits = q(
+            &mut c,
+            &["MEM.RECALL", "where is the spare key?", "USER", u],
+        );
+        let ids: Vec<String> = items(&hits).iter().map(|h| as_str(get(h, "id"))).collect();
+        assert_eq!(ids, vec![id.clone()], "{u}: found by its later window");
+        let hits = q(
+            &mut c,
+            &[
+                "MEM.RECALL",
+                "plums",
+                "USER",
+                u,
+                "MODE",
+                "vector",
+                "THRESHOLD",
+                "0.9",
+            ],
+        );
+        assert_eq!(items(&hits).len(), 1, "{u}");
+        assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", u])).len(), 2);
+        assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &id])), 1);
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("agent:mem:{id}*"))
+            .query(&mut d)
+            .unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", "USER", u])), 1);
+    }
+    assert_eq!(as_str(get(&q(&mut c, &["MEM.INFO"]), "storage")), "compact");
+}

@@ -495,3 +495,70 @@ fn compact_recall_skips_what_it_cannot_read() {
         "MEM.INFO counts what the index skipped: {before} -> {after}"
     );
 }
+
+#[test]
+fn reembed_rewrites_compact_vectors_and_their_windows() {
+    // A Redis of its own: reembed examines every memory of the index.
+    let redis = Redis::start(&[]);
+    let p = Proxy::start(&redis.url(), |c| c.storage = Storage::Compact);
+    let mut con = p.client();
+    let filler: String = (0..30)
+        .map(|i| format!("Row {i} of the manifest lists pallets of tinned tomatoes. "))
+        .collect();
+    let long =
+        format!("{filler}The harbour master's phone number is taped inside the lighthouse door.");
+    let r = q(
+        &mut con,
+        &["MEM.REMEMBER", &long, "USER", "re", "KIND", "semantic"],
+    );
+    let id = as_str(get(&r, "id"));
+    q(
+        &mut con,
+        &[
+            "MEM.REMEMBER",
+            "The user grows chillies on the balcony.",
+            "USER",
+            "re",
+        ],
+    );
+    // Scramble the stored vectors (another model's, as far as reembed can tell).
+    let mut d = direct(&redis);
+    let key = format!("agent:mem:{id}");
+    let noise: Vec<u8> = random_unit(7)
+        .iter()
+        .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+        .collect();
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("embedding")
+        .arg(&noise)
+        .query(&mut d)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{key}#w1"))
+        .arg("windows")
+        .arg(&noise)
+        .query(&mut d)
+        .unwrap();
+    drop(p);
+    let (ok, _, err) = memproxy(&["reembed", "--upstream", &redis.url()], None);
+    assert!(ok, "{err}");
+    assert!(err.contains("2 memories examined, 1 re-embedded"), "{err}");
+    let p = Proxy::start(&redis.url(), |_| {});
+    let mut con = p.client();
+    let hits = q(
+        &mut con,
+        &[
+            "MEM.RECALL",
+            "Where is the harbour master's number?",
+            "USER",
+            "re",
+        ],
+    );
+    assert_eq!(texts(&hits), vec![long]);
+    let windows: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{key}#w*"))
+        .query(&mut d)
+        .unwrap();
+    assert!(!windows.is_empty());
+}
