@@ -1,6 +1,7 @@
 //! MEM.TURN latency and turns/s at 1, 8 and 32 concurrent clients (one thread each), beside the
 //! Python baseline (bench/turn_baseline.py: the guide's flow with client-side embedding) on the
-//! same Redis and model file, in one run. The baseline's virtualenv (redis-py, onnxruntime from the
+//! same Redis and model file, in one run; and MEM.TURN on the compact storage layout (a Redis and
+//! memproxy of its own) beside the guide layout's. The baseline's virtualenv (redis-py, onnxruntime from the
 //! cached wheel, tokenizers, numpy) is made in the deps dir on first use.
 //!
 //! usage: cargo build --release && cargo bench --bench turn   (BENCH_SECONDS per cell, default 5;
@@ -50,6 +51,22 @@ fn main() {
     let py = python();
     let (_redis, rport) = start_redis(&[]);
     let (_proxy, mport) = start_memproxy_bench_config(rport);
+    let (_credis, crport) = start_redis(&[]);
+    let (_cproxy, cport) = match std::env::var("BENCH_CONFIG") {
+        Ok(c) => start_memproxy(crport, &["--config", &c, "--storage", "compact"]),
+        Err(_) => start_memproxy(crport, &["--storage", "compact"]),
+    };
+    let mut ccon = connect(cport);
+    for (i, s) in (0..200).map(|i| (i, sentence(i + 5000))) {
+        if i % 2 == 0 {
+            let _: Value = redis::cmd("MEM.REMEMBER")
+                .arg(s)
+                .arg("USER")
+                .arg("bench-mp")
+                .query(&mut ccon)
+                .unwrap();
+        }
+    }
     let mut con = connect(mport);
     let _: Value = redis::cmd("MEM.INFO").query(&mut con).unwrap();
     for (i, s) in (0..200).map(|i| (i, sentence(i + 5000))) {
@@ -70,11 +87,12 @@ fn main() {
     );
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
-    for clients in [1usize, 8, 32] {
-        let (rate, lat) = load(
+    let mut compact = Vec::new();
+    let turn_cell = |port: u16, clients: usize| {
+        load(
             clients,
             dur,
-            |_| connect(mport),
+            |_| connect(port),
             |c, i| {
                 let thread = format!("mp-{clients}-{}", i / 1_000_000);
                 let _: Value = redis::cmd("MEM.TURN")
@@ -86,7 +104,10 @@ fn main() {
                     .query(c)
                     .unwrap();
             },
-        );
+        )
+    };
+    for clients in [1usize, 8, 32] {
+        let (rate, lat) = turn_cell(mport, clients);
         println!(
             "{:<30} {:>7} {:>10.1} {:>9.3} {:>9.3}",
             "memproxy MEM.TURN",
@@ -96,6 +117,16 @@ fn main() {
             pct(&lat, 0.99)
         );
         ours.push((rate, pct(&lat, 0.5)));
+        let (crate_, clat) = turn_cell(cport, clients);
+        println!(
+            "{:<30} {:>7} {:>10.1} {:>9.3} {:>9.3}",
+            "memproxy MEM.TURN, compact",
+            clients,
+            crate_,
+            pct(&clat, 0.5),
+            pct(&clat, 0.99)
+        );
+        compact.push(crate_);
         let out = Command::new(&py)
             .arg(root().join("bench/turn_baseline.py"))
             .arg(rport.to_string())
@@ -155,5 +186,11 @@ fn main() {
         "the model's ceiling: raw {raw_rate:.1} texts/s = {:.2}x the baseline's best turns/s (one embedding a turn: no flow beats it)",
         raw_rate / theirs.iter().map(|t| t.0).fold(0f64, f64::max)
     );
-    println!("targets: >= 2x turns/s at 8 and 32 clients and >= 0.9x the raw model; p50 <= 0.8x at 1 client");
+    for (i, clients) in [1, 8, 32].iter().enumerate() {
+        println!(
+            "{clients:>2} clients: the compact layout's MEM.TURN {:.2}x the guide layout's turns/s",
+            compact[i] / ours[i].0
+        );
+    }
+    println!("targets: >= 1.5x the baseline's turns/s at 8 clients; the compact layout >= 1.0x the guide's");
 }

@@ -127,7 +127,7 @@ pub struct Flags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_index_name: Option<String>,
     /// Key prefix of memory documents [default: agent:mem:].
-    #[arg(long, env = "MEMPROXY_MEM_KEY_PREFIX")]
+    #[arg(long, global = true, env = "MEMPROXY_MEM_KEY_PREFIX")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_key_prefix: Option<String>,
     /// Key prefix of session hashes [default: agent:session:].

@@ -562,3 +562,100 @@ fn reembed_rewrites_compact_vectors_and_their_windows() {
         .unwrap();
     assert!(!windows.is_empty());
 }
+
+#[test]
+fn migrate_converts_between_layouts_and_rolls_back() {
+    let filler: String = (0..30)
+        .map(|i| format!("Entry {i} of the diary notes the tides and the wind. "))
+        .collect();
+    let long = format!("{filler}The user's grandmother's ring is in the walnut box.");
+    for (from, to) in [
+        (Storage::Guide, Storage::Compact),
+        (Storage::Compact, Storage::Guide),
+    ] {
+        let redis = Redis::start(&[]);
+        let url = redis.url();
+        let p = Proxy::start(&url, |c| c.storage = from);
+        let mut con = p.client();
+        for t in [
+            "The user sings in a choir.",
+            "The user's bike is a green Brompton.",
+        ] {
+            q(
+                &mut con,
+                &["MEM.REMEMBER", t, "USER", "mig", "KIND", "semantic"],
+            );
+        }
+        q(
+            &mut con,
+            &[
+                "MEM.REMEMBER",
+                "The user is in Lisbon this week.",
+                "USER",
+                "mig",
+            ],
+        );
+        q(
+            &mut con,
+            &["MEM.REMEMBER", &long, "USER", "mig", "KIND", "semantic"],
+        );
+        drop(p);
+        let prefix = format!("{}:mem:", to.name());
+        let run = |extra: &[&str]| {
+            let mut args = vec!["migrate", "--upstream", &url, "--storage", to.name()];
+            args.extend(["--mem-key-prefix", &prefix]);
+            args.extend(extra);
+            memproxy(&args, None)
+        };
+        let (ok, _, err) = run(&[]);
+        assert!(ok, "{} -> {}: {err}", from.name(), to.name());
+        let p = Proxy::start(&url, |c| {
+            c.storage = to;
+            c.mem_key_prefix = prefix.clone();
+        });
+        let mut con = p.client();
+        assert_eq!(
+            as_str(get(&q(&mut con, &["MEM.INFO"]), "storage")),
+            to.name()
+        );
+        let listed = q(&mut con, &["MEM.LIST", "USER", "mig"]);
+        assert_eq!(items(&listed).len(), 4, "{} -> {}", from.name(), to.name());
+        let lisbon = items(&listed)
+            .iter()
+            .find(|h| as_str(get(h, "text")).contains("Lisbon"))
+            .unwrap();
+        assert!(as_i64(get(lisbon, "ttl")) > 0, "the TTL came along");
+        let hits = q(
+            &mut con,
+            &[
+                "MEM.RECALL",
+                "Where is my grandmother's ring kept?",
+                "USER",
+                "mig",
+            ],
+        );
+        assert_eq!(
+            texts(&hits),
+            vec![long.clone()],
+            "{} -> {}",
+            from.name(),
+            to.name()
+        );
+        drop(p);
+        let (ok, _, err) = run(&["--rollback"]);
+        assert!(ok, "rollback: {err}");
+        let mut d = direct(&redis);
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut d)
+            .unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        let p = Proxy::start(&url, |c| c.storage = from);
+        let mut con = p.client();
+        assert_eq!(
+            as_str(get(&q(&mut con, &["MEM.INFO"]), "storage")),
+            from.name()
+        );
+        assert_eq!(items(&q(&mut con, &["MEM.LIST", "USER", "mig"])).len(), 4);
+    }
+}

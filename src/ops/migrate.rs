@@ -14,6 +14,13 @@
 //!    an alias of the new index (FT.ALIASADD), so every memproxy and the guide's code keep using
 //!    the same name.
 //!
+//! **Between layouts**: when the index's layout (read from it: JSON is the guide's, HASH the
+//! compact one) is not the `storage` setting's, step 3 writes every memory again under the
+//! configured prefix (which must differ from the source's) in the setting's layout instead of
+//! copying it, with its TTL; a long text's windows are embedded again, as are vectors of another
+//! dimension. The count and the sample are of memories only (a compact index's windows are
+//! documents too).
+//!
 //! `--rollback` returns to the original: the alias removed, the source index created again from
 //! its saved arguments, the copies deleted, the new index dropped. A source of another vector
 //! dimension is migrated by re-embedding the copies (step 3) with this memproxy's model, so it
@@ -30,6 +37,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::config::Storage;
 use crate::engine::Engine;
 use crate::error::ok;
 use crate::error::{MemError, MemResult};
@@ -210,16 +218,14 @@ impl<'e> Migration<'e> {
             .info(&index)
             .await?
             .ok_or_else(|| err(format!("there is no index {index}: {PASSED_OVER}")))?;
-        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim())
-            .is_ok_and(|f| f.layout == crate::config::Storage::Compact)
-        {
-            return Err(err(format!(
-                "index {index} is in the compact layout, which migrate does not convert yet: {PASSED_OVER}"
-            )));
-        }
+        // The layout the source has, and the one the `storage` setting asks for: converting
+        // between them is a migration too.
+        let layout = schema::layout_of(&info).unwrap_or(Storage::Guide);
+        let convert = layout != cfg.storage;
         // The guide's own schema passes the check (memproxy compares scopes exactly itself), but
         // its scope tags match case-insensitively: migrating it gives memproxy's exact index.
-        if schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok()
+        if !convert
+            && schema::check(&info, &index, &cfg.mem_key_prefix, self.engine.store.dim()).is_ok()
             && schema::scope_tags_case_sensitive(&info)
         {
             return Err(err(format!(
@@ -229,6 +235,13 @@ impl<'e> Migration<'e> {
         let source = schema::create_args_from_info(&info, &index)
             .map_err(|e| err(format!("cannot migrate {index}: {e}")))?;
         let prefix = source_prefix(&info);
+        if convert && prefix == cfg.mem_key_prefix {
+            return Err(err(format!(
+                "index {index} is in the {} layout and storage is {}: the converted copies need a prefix of their own (set --mem-key-prefix to a new prefix and run migrate again)",
+                layout.name(),
+                cfg.storage.name()
+            )));
+        }
         if let Some(dim) = schema::vector_dim(&info) {
             if dim != self.engine.store.dim() && prefix == cfg.mem_key_prefix {
                 return Err(err(format!(
@@ -238,14 +251,18 @@ impl<'e> Migration<'e> {
             }
         }
         self.indexed(&index, progress).await?;
-        let count = field(
-            array(&self.info(&index).await?.unwrap_or_default()),
-            "num_docs",
-        )
-        .and_then(text)
-        .unwrap_or_else(|| "0".into());
+        // Memories only: a compact index's windows are documents too.
+        let memories = Keyspace::memories_only(layout);
+        let counted = self
+            .call_spec(Keyspace::key_page(&index, memories, 0, 0))
+            .await?;
+        let count = array(&counted)
+            .first()
+            .and_then(crate::resp::read::int)
+            .unwrap_or(0)
+            .to_string();
         let sample = self
-            .call_spec(Keyspace::key_page(&index, "*", 0, SAMPLE))
+            .call_spec(Keyspace::key_page(&index, memories, 0, SAMPLE))
             .await?;
         let keys: Vec<String> = array(&sample).iter().skip(1).filter_map(text).collect();
         self.set(&[
@@ -254,6 +271,7 @@ impl<'e> Migration<'e> {
                 &serde_json::to_string(&source).unwrap_or_default(),
             ),
             ("source_prefix", &prefix),
+            ("source_layout", layout.name()),
             ("count", &count),
             ("sample", &serde_json::to_string(&keys).unwrap_or_default()),
             ("target", &self.target.clone()),
@@ -266,20 +284,22 @@ impl<'e> Migration<'e> {
         let cfg = self.engine.config();
         let prefix = cfg.mem_key_prefix.clone();
         let source_prefix = self.get("source_prefix").await?.unwrap_or_default();
-        if source_prefix != prefix {
+        let layout = match self.get("source_layout").await?.as_deref() {
+            Some("compact") => Storage::Compact,
+            _ => Storage::Guide,
+        };
+        if layout != cfg.storage {
+            self.convert(&source_prefix, &prefix, layout, progress)
+                .await?;
+        } else if source_prefix != prefix {
             self.copy(&source_prefix, &prefix, progress).await?;
             self.reembed_copies(progress).await?;
         }
         let target = self.target.clone();
         if self.info(&target).await?.is_none() {
             let dim = self.engine.store.dim();
-            self.call_spec(Keyspace::index_create(
-                &target,
-                &prefix,
-                dim,
-                crate::config::Storage::Guide,
-            ))
-            .await?;
+            self.call_spec(Keyspace::index_create(&target, &prefix, dim, cfg.storage))
+                .await?;
         }
         self.indexed(&target, progress).await?;
         self.set(&[("step", "built")]).await
@@ -334,6 +354,105 @@ impl<'e> Migration<'e> {
                 }
                 done += batch.len();
                 progress("copying", done, total.max(done));
+            }
+            if cursor == "0" {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Write every memory under `from` (kept in `layout`) again under `to` in the layout the
+    /// `storage` setting names (never over an existing key), with its TTL; vectors of another
+    /// dimension, and a long text's windows, are embedded by this memproxy's model. Every key
+    /// written is recorded for the rollback. Resumable: a memory whose copy exists is skipped.
+    async fn convert(
+        &mut self,
+        from: &str,
+        to: &str,
+        layout: Storage,
+        progress: Progress<'_>,
+    ) -> MemResult<()> {
+        let cfg = self.engine.config();
+        let target = cfg.storage;
+        let dim = self.engine.store.dim();
+        let copies = Keyspace::migration_copies(&self.state);
+        let total: usize = self
+            .get("count")
+            .await?
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let mut cursor = "0".to_string();
+        let mut done = 0;
+        loop {
+            let page = self
+                .call_spec(Keyspace::prefix_scan(from, &cursor, 1000))
+                .await?;
+            let a = array(&page);
+            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
+            let keys: Vec<String> = a
+                .get(1)
+                .map(array)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(text)
+                .filter(|k| !Keyspace::is_window_key(k))
+                .collect();
+            for batch in keys.chunks(COPY_BATCH) {
+                let dests: Vec<String> = batch
+                    .iter()
+                    .map(|k| Keyspace::under_prefix(k, from, to))
+                    .collect();
+                for (k, dest) in batch.iter().zip(&dests) {
+                    let slot = |k: &str| crate::upstream::cluster::slot::slot(k.as_bytes());
+                    if self.cluster && slot(k) != slot(dest) {
+                        return Err(err(format!(
+                            "{k} would be converted to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
+                            slot(k),
+                            slot(dest)
+                        )));
+                    }
+                }
+                let exists: Vec<Spec> = dests.iter().map(|d| cmd(&["EXISTS", d])).collect();
+                let there: Vec<bool> = self
+                    .link
+                    .call(&exists)
+                    .await?
+                    .into_iter()
+                    .map(|r| ok(r).ok().and_then(|v| crate::resp::read::int(&v)) == Some(1))
+                    .collect();
+                let memories = self
+                    .engine
+                    .store
+                    .read_memories(&mut self.link, batch, layout == Storage::Compact)
+                    .await?;
+                let mut writes = Vec::new();
+                for mut m in memories {
+                    let dest = Keyspace::under_prefix(&m.key, from, to);
+                    let i = batch.iter().position(|k| *k == m.key).unwrap_or(0);
+                    if there.get(i).copied().unwrap_or(false) {
+                        continue;
+                    }
+                    if m.embedding.len() != dim {
+                        m.embedding = self
+                            .engine
+                            .embedder
+                            .embed(&m.text)
+                            .await
+                            .map_err(|e| MemError::Embedder(e.to_string()))?
+                            .to_vec();
+                    }
+                    m.id = Keyspace::under_prefix(&dest, to, "");
+                    let windows = crate::mem::embed::windows(self.engine, &m.text).await?;
+                    for k in Keyspace::memory_keys(target, &dest, windows.len()) {
+                        writes.push(cmd(&["SADD", &copies, &k]));
+                    }
+                    writes.extend(Keyspace::memory_write(target, &dest, &m, &windows));
+                }
+                for r in self.link.call(&writes).await? {
+                    ok(r)?;
+                }
+                done += batch.len();
+                progress("converting", done, total.max(done));
             }
             if cursor == "0" {
                 return Ok(());

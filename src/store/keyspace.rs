@@ -550,6 +550,115 @@ impl Keyspace {
         cmd(&["FT.ALIASDEL", alias])
     }
 
+    /// The commands that write memory `m` at `key` as this layout keeps it (a JSON document with
+    /// its windows inside, or a hash with a hash per window), with its TTL: `migrate` converting
+    /// between layouts. The caller makes sure `key` and its windows do not exist.
+    pub fn memory_write(
+        layout: Storage,
+        key: &str,
+        m: &super::memory::Stored,
+        windows: &[crate::embed::Vector],
+    ) -> Vec<Spec> {
+        let mut out = Vec::new();
+        let mut all_keys = vec![key.to_string()];
+        if layout == Storage::Compact {
+            let ts = m.created_ts.map(|t| t.to_string()).unwrap_or_default();
+            let hits = m.hit_count.to_string();
+            let mut h = cmd(&[
+                "HSET",
+                key,
+                "text",
+                &m.text,
+                "user",
+                &m.user,
+                "namespace",
+                &m.namespace,
+                "kind",
+                &m.kind,
+                "source_thread",
+                &m.source_thread,
+                "hit_count",
+                &hits,
+            ]);
+            if !ts.is_empty() {
+                h.extend([b"created_ts".to_vec(), ts.into_bytes()]);
+            }
+            h.extend([b"embedding".to_vec(), f16_blob(&m.embedding)]);
+            if !windows.is_empty() {
+                h.extend([
+                    b"window_count".to_vec(),
+                    windows.len().to_string().into_bytes(),
+                ]);
+            }
+            out.push(h);
+            for (i, w) in windows.iter().enumerate() {
+                let wk = window_key(key, i + 1);
+                let mut h = cmd(&[
+                    "HSET",
+                    &wk,
+                    "user",
+                    &m.user,
+                    "namespace",
+                    &m.namespace,
+                    "kind",
+                    &m.kind,
+                    "source_thread",
+                    &m.source_thread,
+                ]);
+                h.extend([b"windows".to_vec(), f16_blob(w)]);
+                out.push(h);
+                all_keys.push(wk);
+            }
+        } else {
+            let mut doc = serde_json::json!({
+                "id": m.id,
+                "user": m.user,
+                "namespace": m.namespace,
+                "kind": m.kind,
+                "source_thread": m.source_thread,
+                "text": m.text,
+                "embedding": m.embedding,
+                "created_ts": m.created_ts,
+                "hit_count": m.hit_count,
+            });
+            if !windows.is_empty() {
+                let w: Vec<&[f32]> = windows.iter().map(|v| &v[..]).collect();
+                doc["windows"] = serde_json::json!(w);
+            }
+            out.push(cmd(&["JSON.SET", key, "$", &doc.to_string(), "NX"]));
+        }
+        if m.pttl > 0 {
+            for k in &all_keys {
+                out.push(cmd(&["PEXPIRE", k, &m.pttl.to_string()]));
+            }
+        }
+        out
+    }
+
+    /// The keys a [`Keyspace::memory_write`] of a memory with `windows` windows makes.
+    pub fn memory_keys(layout: Storage, key: &str, windows: usize) -> Vec<String> {
+        let mut keys = vec![key.to_string()];
+        if layout == Storage::Compact {
+            keys.extend((1..=windows).map(|n| window_key(key, n)));
+        }
+        keys
+    }
+
+    /// Whether `key` is a compact layout's window (`<memory key>#w<n>`).
+    pub fn is_window_key(key: &str) -> bool {
+        key.rsplit_once("#w")
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    }
+
+    /// The memories of an index only (in the compact layout its windows are documents too,
+    /// without `created_ts`): the query a migration counts and samples with.
+    pub fn memories_only(layout: Storage) -> &'static str {
+        match layout {
+            Storage::Compact => "@created_ts:[-inf +inf]",
+            Storage::Guide => "*",
+        }
+    }
+
     /// A page of the scope's memories, newest first (in the compact layout, memories only: a
     /// long text's windows are documents of their own, without `created_ts`).
     pub fn list(&self, scope: &Scope, offset: usize, count: usize) -> Spec {

@@ -294,6 +294,18 @@ pub fn create_args_from_info(info: &Value, index: &str) -> Result<Vec<String>, S
     let mut a: Vec<String> = vec![index.into(), "ON".into(), key_type, "PREFIX".into()];
     a.push(prefixes.len().to_string());
     a.extend(prefixes);
+    // Index-wide options (the compact layout's NOOFFSETS NOHL).
+    for o in field(array(info), "index_options")
+        .map(array)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(text)
+    {
+        let o = o.to_ascii_uppercase();
+        if ["NOOFFSETS", "NOHL", "NOFREQS", "NOFIELDS"].contains(&o.as_str()) {
+            a.push(o);
+        }
+    }
     a.push("SCHEMA".into());
     for (pairs, flags) in attributes(info) {
         let get = |k: &str| {
