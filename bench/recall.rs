@@ -32,6 +32,10 @@
 //! written down before the run (see OBJECTIVE). The choice and the baselines (plain KNN without a
 //! cut-off and at its best single cut-off) are then asked through MEM.RECALL, held-out parts first.
 //!
+//! `LAYOUT_COMPARE=1`: instead, every set is remembered again on a Redis of its own through a
+//! memproxy with the compact storage layout, and every question's top 5 by plain KNN is compared
+//! between the two layouts (texts in order, and distances), each difference listed.
+//!
 //! usage: cargo build --release && scripts/bench-data.sh && cargo bench --bench recall
 //!        RECALL_MODEL=<model dir> for another model (every proxy gets `--model`)
 
@@ -1013,6 +1017,70 @@ fn auc(s: &Set, raw: &[Raw], part: Part) -> Option<f64> {
     Some(wins / (pos.len() * neg.len()) as f64)
 }
 
+/// `LAYOUT_COMPARE=1`: the same sets on a compact-layout Redis of its own (HASH, FLOAT16); every
+/// question's top 5 by plain KNN (`MODE vector`, no cut-off) through both, compared by text in
+/// order and by distance (of the memories both return).
+fn compare_layouts(model: &Option<String>, sets: &[Set], con: &mut redis::Connection) {
+    let (_credis, crport) = start_redis(&[]);
+    let (_cproxy, cport) = start_memproxy(crport, &proxy_args(model, &["--storage", "compact"]));
+    let mut ccon = connect(cport);
+    let again = build_sets(&mut ccon);
+    println!("\n## The compact layout against the guide's: plain KNN top 5 of every question\n");
+    println!(
+        "| set | memories guide / compact | questions | same top 5 | differing | max abs. distance difference |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let opts = ["MODE", "vector", "THRESHOLD", "2", "K", "5"];
+    let mut listed = Vec::new();
+    let mut worst = 0f64;
+    for (s, c) in sets.iter().zip(&again) {
+        let (mut same, mut differ, mut max) = (0, 0, 0f64);
+        for q in &s.questions {
+            let g = recall(con, q, &opts).0;
+            let k = recall(&mut ccon, q, &opts).0;
+            for a in &g {
+                if let Some(b) = k.iter().find(|b| b.text == a.text) {
+                    max = max.max((a.distance - b.distance).abs());
+                }
+            }
+            let texts = |h: &[Got]| h.iter().map(|x| x.text.clone()).collect::<Vec<_>>();
+            if texts(&g) == texts(&k) {
+                same += 1;
+            } else {
+                differ += 1;
+                listed.push((s.name, q.text.clone(), g, k));
+            }
+        }
+        worst = worst.max(max);
+        println!(
+            "| {} | {} / {} | {} | {same} | {differ} | {max:.4} |",
+            s.name,
+            s.labels.len(),
+            c.labels.len(),
+            s.questions.len()
+        );
+    }
+    println!("\nlargest distance difference over every set: {worst:.4}");
+    if !listed.is_empty() {
+        println!("\nEach question whose top 5 differ (guide | compact: distance, first words):\n");
+        let short = |h: &Got| {
+            let t: String = h.text.chars().take(50).collect();
+            format!("{:.4} {t}", h.distance)
+        };
+        for (set, q, g, k) in &listed {
+            println!("- `{set}`: {q}");
+            for i in 0..g.len().max(k.len()) {
+                println!(
+                    "  {}. {} | {}",
+                    i + 1,
+                    g.get(i).map(short).unwrap_or_default(),
+                    k.get(i).map(short).unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
 fn main() {
     let model = std::env::var("RECALL_MODEL").ok();
     let (_redis, rport) = start_redis(&[]);
@@ -1028,6 +1096,10 @@ fn main() {
     guide_distances(&mut con);
 
     let sets = build_sets(&mut con);
+    if std::env::var_os("LAYOUT_COMPARE").is_some() {
+        compare_layouts(&model, &sets, &mut con);
+        return;
+    }
     for s in &sets {
         let n = |part: Part, answerable: bool| {
             s.questions

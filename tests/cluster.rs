@@ -1560,7 +1560,16 @@ fn the_compact_layout_on_a_cluster() {
             ],
         );
         assert_eq!(items(&hits).len(), 1, "{u}");
-        assert_eq!(items(&q(&mut c, &["MEM.LIST", "USER", u])).len(), 2);
+        let listed = q(&mut c, &["MEM.LIST", "USER", u]);
+        let order: Vec<String> = items(&listed)
+            .iter()
+            .map(|h| as_str(get(h, "text")))
+            .collect();
+        assert_eq!(order.len(), 2);
+        assert_eq!(
+            order[0], "The user likes plums.",
+            "newest first on a cluster node"
+        );
         assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", &id])), 1);
         let left: Vec<String> = redis::cmd("KEYS")
             .arg(format!("agent:mem:{id}*"))

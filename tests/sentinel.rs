@@ -64,13 +64,35 @@ fn follows_a_failover_and_keeps_every_acknowledged_memory() {
         .map(|s| format!("127.0.0.1:{}", s.port))
         .collect();
     let url = format!("redis+sentinel://{}/mm", hosts.join(","));
-    let proxy = Proxy::start(&url, |c| c.write_replicas = 1);
+    // The compact storage layout here (the other sentinel tests keep the guide's): its windows
+    // and hashes reach the replica and are found after the failover.
+    let proxy = Proxy::start(&url, |c| {
+        c.write_replicas = 1;
+        c.storage = memproxy::config::Storage::Compact;
+    });
     let mut con = proxy.client();
     let info = q(&mut con, &["MEM.INFO"]);
     assert!(
         as_str(get(&info, "upstream")).contains("sentinel master 'mm'"),
         "{info:?}"
     );
+    assert_eq!(as_str(get(&info, "storage")), "compact");
+    let filler: String = (0..30)
+        .map(|i| format!("Leg {i} of the itinerary lists a train and a connection. "))
+        .collect();
+    let long = format!("{filler}The user's passport is in the hotel safe, code 4471.");
+    let v = q(
+        &mut con,
+        &[
+            "MEM.REMEMBER",
+            &long,
+            "USER",
+            "sen-long",
+            "KIND",
+            "semantic",
+        ],
+    );
+    let long_id = as_str(get(&v, "id"));
     let mut ids = Vec::new();
     for i in 0..30 {
         let v = q(
@@ -130,6 +152,19 @@ fn follows_a_failover_and_keeps_every_acknowledged_memory() {
         );
     }
     assert_eq!(listed.len(), ids.len() + 1);
+    let hits = q(
+        &mut c,
+        &["MEM.RECALL", "Where is my passport?", "USER", "sen-long"],
+    );
+    assert_eq!(
+        items(&hits)
+            .iter()
+            .map(|h| as_str(get(h, "id")))
+            .collect::<Vec<_>>(),
+        vec![long_id],
+        "the long text is found by its window on the promoted replica"
+    );
+    assert_eq!(as_str(get(&q(&mut c, &["MEM.INFO"]), "storage")), "compact");
 }
 
 /// A master the sentinels do not know: clients get a one-line error naming it, and memproxy

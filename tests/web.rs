@@ -7,15 +7,22 @@ mod common;
 use std::process::Command;
 
 use common::*;
+use memproxy::config::Storage;
 use serde_json::Value;
 
 /// A proxy of its own with the HTTP listener on; `tokens` for MCP.
 fn web_proxy(tokens: &[&str]) -> (Proxy, String) {
+    web_proxy_on(&shared().redis.url(), tokens, Storage::Guide)
+}
+
+/// [`web_proxy`] in front of `upstream`, making its index in `storage` if it has none.
+fn web_proxy_on(upstream: &str, tokens: &[&str], storage: Storage) -> (Proxy, String) {
     let port = free_port();
     let tokens: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
-    let proxy = Proxy::start(&shared().redis.url(), |c| {
+    let proxy = Proxy::start(upstream, |c| {
         c.http_listen = Some(format!("127.0.0.1:{port}"));
         c.mcp_tokens = tokens;
+        c.storage = storage;
     });
     let base = format!("http://127.0.0.1:{port}");
     eventually("the HTTP listener", || {
@@ -150,13 +157,24 @@ fn guide_routes_answer_with_the_guides_fields() {
 
 #[test]
 fn mcp_tools_through_the_official_sdk() {
+    // The guide layout (the shared Redis's index), then the compact one on a Redis of its own.
+    mcp_tools(&shared().redis, shared().proxy.client(), Storage::Guide);
+    let redis = Redis::start(&[]);
+    let (p, _) = web_proxy_on(&redis.url(), &[], Storage::Compact);
+    mcp_tools(&redis, p.client(), Storage::Compact);
+}
+
+fn mcp_tools(redis: &Redis, mut con: redis::Connection, layout: Storage) {
+    assert_eq!(
+        as_str(get(&q(&mut con, &["MEM.INFO"]), "storage")),
+        layout.name()
+    );
     let user = unique("mcp");
     let bound = format!("tok-{user}={user}");
-    let (_p, base) = web_proxy(&[&bound]);
+    let (_p, base) = web_proxy_on(&redis.url(), &[&bound], layout);
     // No token, or a wrong one: refused before MCP.
     assert_eq!(http(&base, "POST", "/mcp", "{}").0, 401);
     // Another tenant's memory and thread, which the bound token must not reach.
-    let mut con = shared().proxy.client();
     let other = unique("mcp-other");
     let other_mem = as_str(get(
         &q(

@@ -443,10 +443,15 @@ impl<'e> Migration<'e> {
                     }
                     m.id = Keyspace::under_prefix(&dest, to, "");
                     let windows = crate::mem::embed::windows(self.engine, &m.text).await?;
+                    // Recorded first (the rollback deletes them); then the memory, its windows
+                    // and TTLs as one transaction (one slot: the windows share the memory's tag),
+                    // so a memory that exists is whole and a resumed run may skip it.
                     for k in Keyspace::memory_keys(target, &dest, windows.len()) {
                         writes.push(cmd(&["SADD", &copies, &k]));
                     }
+                    writes.push(cmd(&["MULTI"]));
                     writes.extend(Keyspace::memory_write(target, &dest, &m, &windows));
+                    writes.push(cmd(&["EXEC"]));
                 }
                 for r in self.link.call(&writes).await? {
                     ok(r)?;
@@ -483,10 +488,11 @@ impl<'e> Migration<'e> {
                 .iter()
                 .filter_map(text)
                 .collect();
+            let compact = self.engine.config().storage == Storage::Compact;
             let memories = self
                 .engine
                 .store
-                .read_memories(&mut self.link, &keys, false)
+                .read_memories(&mut self.link, &keys, compact)
                 .await?;
             let stale: Vec<_> = memories
                 .iter()
@@ -499,8 +505,14 @@ impl<'e> Migration<'e> {
             let mut writes = Vec::new();
             for (m, v) in stale.iter().zip(vectors) {
                 let v = v.map_err(|e| MemError::Embedder(e.to_string()))?;
-                let json = serde_json::to_string(&v[..]).unwrap_or_default();
-                writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json]));
+                if compact {
+                    let mut c = cmd(&["HSET", &m.key, "embedding"]);
+                    c.push(crate::store::keyspace::f16_blob(&v));
+                    writes.push(c);
+                } else {
+                    let json = serde_json::to_string(&v[..]).unwrap_or_default();
+                    writes.push(cmd(&["JSON.SET", &m.key, "$.embedding", &json]));
+                }
             }
             if !writes.is_empty() {
                 for r in self.link.call(&writes).await? {
@@ -523,14 +535,24 @@ impl<'e> Migration<'e> {
             .await?
             .and_then(|c| c.parse().ok())
             .unwrap_or(0);
-        let info = self
-            .info(&target)
-            .await?
-            .ok_or_else(|| err(format!("index {target} is gone; run migrate --rollback")))?;
-        let got: usize = field(array(&info), "num_docs")
-            .and_then(text)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
+        if self.info(&target).await?.is_none() {
+            return Err(err(format!(
+                "index {target} is gone; run migrate --rollback"
+            )));
+        }
+        // Memories only: a compact index's windows are documents too.
+        let counted = self
+            .call_spec(Keyspace::key_page(
+                &target,
+                Keyspace::memories_only(cfg.storage),
+                0,
+                0,
+            ))
+            .await?;
+        let got = array(&counted)
+            .first()
+            .and_then(crate::resp::read::int)
+            .unwrap_or(0) as usize;
         if got < count {
             return Err(err(format!(
                 "verification failed: {target} holds {got} documents, the baseline {count}; run migrate again, or migrate --rollback"

@@ -98,12 +98,12 @@ async fn reembed_index(
                 // A long text's later windows, by the same model (`embed::windows`).
                 let ws = crate::mem::embed::windows(engine, &m.text).await?;
                 if ks.compact() {
-                    // FXX: only fields that exist, so a memory deleted meanwhile stays deleted.
+                    // Only where the key exists, so a memory deleted meanwhile stays deleted.
                     let blob = ks.vector_blob(&v);
-                    writes.push(hsetex_fxx(&m.key, "embedding", blob));
+                    writes.push(Keyspace::hset_existing(&m.key, "embedding", blob));
                     for (i, w) in ws.iter().enumerate() {
                         let wkey = crate::store::keyspace::window_key(&m.key, i + 1);
-                        windows.push(hsetex_fxx(&wkey, "windows", ks.vector_blob(w)));
+                        windows.push(Keyspace::hset_existing(&wkey, "windows", ks.vector_blob(w)));
                     }
                     continue;
                 }
@@ -131,11 +131,4 @@ async fn reembed_index(
         progress(done.examined, total);
     }
     Ok(())
-}
-
-/// `HSETEX key FXX FIELDS 1 field value`: set a field of a hash only where it exists (Redis 8).
-fn hsetex_fxx(key: &str, field: &str, value: Vec<u8>) -> crate::store::keyspace::Spec {
-    let mut c = cmd(&["HSETEX", key, "FXX", "FIELDS", "1", field]);
-    c.push(value);
-    c
 }

@@ -99,8 +99,14 @@ impl Store {
         };
         if !dry_run {
             // As every write: NOPERM before any work, not at the first group.
-            self.precheck(link, &self.keys.rights_consolidate(&self.keys.memory("0")))
-                .await?;
+            self.precheck(
+                link,
+                &self
+                    .site(link)
+                    .keys
+                    .rights_consolidate(&self.keys.memory("0")),
+            )
+            .await?;
         }
         self.follow_slot(link, &scope.user).await?;
         let site = self.site(link);
@@ -243,7 +249,12 @@ impl Store {
         let v = self
             .scripts
             .consolidate
-            .run(link, &keys, &self.keys.rights_consolidate(&kept.key), args)
+            .run(
+                link,
+                &keys,
+                &self.site(link).keys.rights_consolidate(&kept.key),
+                args,
+            )
             .await?;
         let a = array(&v);
         if a.first().and_then(text).as_deref() == Some("skip") {

@@ -25,6 +25,9 @@ pub const MEMORY_FIELDS: [&str; 7] = [
 /// Longest keyword query, in terms.
 const MAX_TERMS: usize = 32;
 
+/// How many more compact windows a windows KNN asks for than the memories it needs.
+pub const WINDOW_FANOUT: usize = 8;
+
 /// Nearest memories a dedup check looks at to find the nearest one of the exact scope.
 pub const DEDUP_CANDIDATES: usize = 10;
 
@@ -330,7 +333,10 @@ impl Keyspace {
     }
 
     /// [`Keyspace::knn`] over the later windows of long texts (`$.windows[*]`): each memory at the
-    /// distance of its nearest window.
+    /// distance of its nearest window. In the compact layout each window is a document of its
+    /// own, so one long text could fill the K nearest: the KNN asks for [`WINDOW_FANOUT`] times as
+    /// many, and the script keeps each memory's nearest window only, which gives the K memories
+    /// the guide layout's KNN finds (unless one memory has more windows among the nearest).
     pub fn knn_windows(
         &self,
         scope: &Scope,
@@ -338,6 +344,11 @@ impl Keyspace {
         vector: &[f32],
         large: Option<bool>,
     ) -> Spec {
+        let k = if self.compact() {
+            (k * WINDOW_FANOUT).min(1000)
+        } else {
+            k
+        };
         Self::with_return(
             self.knn_on("windows", scope, k, vector, self.policy(large)),
             &["distance"],
@@ -562,7 +573,9 @@ impl Keyspace {
         let mut out = Vec::new();
         let mut all_keys = vec![key.to_string()];
         if layout == Storage::Compact {
-            let ts = m.created_ts.map(|t| t.to_string()).unwrap_or_default();
+            // A memory without a time (another writer's) gets 0: the compact layout lists
+            // memories by `created_ts`, which its windows lack.
+            let ts = m.created_ts.unwrap_or(0.0).to_string();
             let hits = m.hit_count.to_string();
             let mut h = cmd(&[
                 "HSET",
@@ -579,10 +592,9 @@ impl Keyspace {
                 &m.source_thread,
                 "hit_count",
                 &hits,
+                "created_ts",
+                &ts,
             ]);
-            if !ts.is_empty() {
-                h.extend([b"created_ts".to_vec(), ts.into_bytes()]);
-            }
             h.extend([b"embedding".to_vec(), f16_blob(&m.embedding)]);
             if !windows.is_empty() {
                 h.extend([
@@ -633,6 +645,21 @@ impl Keyspace {
             }
         }
         out
+    }
+
+    /// Set `field` of the hash `key` only if the key exists (`reembed`: a memory deleted meanwhile
+    /// stays deleted). A one-line script, so it works on any Redis with scripting (HSETEX … FXX
+    /// needs Redis 8).
+    pub fn hset_existing(key: &str, field: &str, value: Vec<u8>) -> Spec {
+        let mut c = cmd(&[
+            "EVAL",
+            "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0",
+            "1",
+            key,
+            field,
+        ]);
+        c.push(value);
+        c
     }
 
     /// The keys a [`Keyspace::memory_write`] of a memory with `windows` windows makes.
@@ -818,23 +845,14 @@ pub fn f16_blob(v: &[f32]) -> Vec<u8> {
         .collect()
 }
 
-/// A FLOAT32 or FLOAT16 blob of `dim` numbers read back; `None` when its size is neither.
-pub fn blob_vector(b: &[u8], dim: usize) -> Option<Vec<f32>> {
-    if b.len() == dim * 4 {
-        Some(
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        )
-    } else if b.len() == dim * 2 {
-        Some(
-            b.chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-        )
-    } else {
-        None
-    }
+/// A FLOAT16 blob read back (every number of it: a vector of another dimension keeps its own
+/// length, so callers can tell); `None` for a blob of an odd size.
+pub fn f16_vector(b: &[u8]) -> Option<Vec<f32>> {
+    (b.len() % 2 == 0).then(|| {
+        b.chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect()
+    })
 }
 
 /// A fresh memory id: 12 lowercase hex digits.

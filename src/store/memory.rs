@@ -457,7 +457,10 @@ impl Store {
     }
 
     pub async fn recall(&self, link: &mut Link, r: &Recall<'_>) -> MemResult<Vec<Hit>> {
-        let specs = self.recall_specs(&self.site(link), r);
+        let site = self.site(link);
+        // The index's layout decides the query vector's encoding: checked first.
+        self.ready_at(&site).await?;
+        let specs = self.recall_specs(&site, r);
         if specs.is_empty() {
             return Ok(Vec::new());
         }
@@ -729,6 +732,10 @@ impl Store {
         owner: Option<&str>,
     ) -> MemResult<i64> {
         let key = self.keys.memory(id);
+        let site = self.site(link);
+        // The rights follow the index's layout: learn it if no request has yet (no index needed
+        // to delete, so a failing check does not stop the forget).
+        let _ = self.ready_at(&site).await;
         let args = vec![b"id".to_vec(), owner.unwrap_or("").as_bytes().to_vec()];
         let v = self
             .scripts
@@ -736,7 +743,7 @@ impl Store {
             .run(
                 link,
                 std::slice::from_ref(&key),
-                &self.keys.rights_forget_id(&key),
+                &site.keys.rights_forget_id(&key),
                 args,
             )
             .await?;
@@ -755,7 +762,8 @@ impl Store {
     async fn forget_pages(&self, link: &mut Link, scope: &Scope) -> MemResult<i64> {
         // An erasure on a master that no longer serves the user would find nothing to delete.
         self.follow_slot(link, &scope.user).await?;
-        let mut pages = ScopeKeys::new(&self.site(link).keys, Some(scope));
+        let site = self.site(link);
+        let mut pages = ScopeKeys::new(&site.keys, Some(scope));
         let mut deleted = 0i64;
         let mut step = 4usize;
         while let Some(keys) = pages.next(link).await? {
@@ -772,7 +780,7 @@ impl Store {
                 let v = self
                     .scripts
                     .forget
-                    .run(link, &[], &self.keys.rights_forget_scope(), args)
+                    .run(link, &[], &site.keys.rights_forget_scope(), args)
                     .await?;
                 let took = started.elapsed();
                 if took < FORGET_STEP / 2 {
@@ -895,7 +903,7 @@ impl Store {
             hit_count: num("hit_count").map(|h| h as i64).unwrap_or(0),
             pttl,
             embedding: raw("embedding")
-                .and_then(|b| super::keyspace::blob_vector(b, self.dim))
+                .and_then(super::keyspace::f16_vector)
                 .unwrap_or_default(),
         })
     }

@@ -382,14 +382,16 @@ impl Store {
             ));
         }
         let (index, prefix) = (&site.keys.index, &site.keys.mem_prefix);
+        let check = |v: &Value| -> MemResult<()> {
+            let found = schema::check(v, index, prefix, self.dim)
+                .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
+            site.windows
+                .store(found.windows, std::sync::atomic::Ordering::Relaxed);
+            site.keys.layout.set(found.layout);
+            Ok(())
+        };
         match crate::error::ok(self.admin_one(site, Keyspace::index_info(index)).await?) {
-            Ok(v) => {
-                let found = schema::check(&v, index, prefix, self.dim)
-                    .map_err(|d| MemError::client(format!("index schema mismatch: {d}")))?;
-                site.windows
-                    .store(found.windows, std::sync::atomic::Ordering::Relaxed);
-                site.keys.layout.set(found.layout);
-            }
+            Ok(v) => check(&v)?,
             Err(e) if e.is_missing_index() => {
                 let layout = self.cfg.storage;
                 tracing::info!(%index, %prefix, dim = self.dim, storage = layout.name(), "creating the memory index");
@@ -400,8 +402,13 @@ impl Store {
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                         site.keys.layout.set(layout);
                     }
-                    // Another proxy made it: checked again on the next recheck.
-                    Err(e) if e.index_error() == Some(crate::error::IndexError::Exists) => {}
+                    // Another proxy made it (perhaps in the other layout): read it as it is.
+                    Err(e) if e.index_error() == Some(crate::error::IndexError::Exists) => {
+                        let v = crate::error::ok(
+                            self.admin_one(site, Keyspace::index_info(index)).await?,
+                        )?;
+                        check(&v)?;
+                    }
                     Err(e) => return Err(e),
                 }
             }

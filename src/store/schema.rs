@@ -26,7 +26,8 @@ pub const FIELDS: [(&str, &str, &str); 7] = [
 /// The compact layout: HASH documents with the same field names (identifier = attribute), FLOAT16
 /// vectors, and an index that keeps no term offsets or highlighting data (`NOOFFSETS NOHL`: no
 /// query memproxy sends uses phrases or highlighting; term frequencies stay, so BM25 is the same)
-/// and no sortable copies of the numbers.
+/// and a sortable copy of `created_ts` only (MEM.LIST sorts by it; a cluster node without the
+/// coordinator cannot load a field to sort by).
 pub fn create_args(index: &str, prefix: &str, dim: usize, layout: Storage) -> Vec<String> {
     let compact = layout == Storage::Compact;
     let mut a: Vec<String> = [
@@ -47,7 +48,7 @@ pub fn create_args(index: &str, prefix: &str, dim: usize, layout: Storage) -> Ve
     for (path, name, ty) in FIELDS {
         let id = if compact { name } else { path };
         a.extend([id, "AS", name, ty].iter().map(|s| s.to_string()));
-        if ty == "NUMERIC" && !compact {
+        if ty == "NUMERIC" && (!compact || name == "created_ts") {
             a.push("SORTABLE".into());
         }
         // Scope tags compare exactly ("Alice" is not "alice"); reads check exactly as well, so

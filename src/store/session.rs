@@ -272,6 +272,8 @@ impl Store {
     /// One turn in one script: recall, remember, append, log.
     pub async fn turn(&self, link: &mut Link, t: &TurnInput<'_>) -> MemResult<TurnOutcome> {
         let site = self.site(link);
+        // The index's layout decides the query vector's encoding: checked first.
+        self.ready_at(&site).await?;
         let specs = self.recall_specs(&site, &t.recall);
         indexed!(self, link, self.turn_tries(link, t, &specs).await)
     }

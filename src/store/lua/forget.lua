@@ -11,6 +11,11 @@ local function is_memory(key)
 end
 
 if A[1] == 'id' then
+  -- A compact window is part of its memory, not a memory of its own.
+  if redis.call('TYPE', KEYS[1]).ok == 'hash' and memory_field(KEYS[1], 'text') == nil
+      and memory_field(KEYS[1], 'windows') ~= nil then
+    return 0
+  end
   if A[2] and A[2] ~= '' then
     if not is_memory(KEYS[1]) then return 0 end
     if memory_field(KEYS[1], 'user') ~= A[2] then return 0 end

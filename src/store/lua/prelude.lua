@@ -169,7 +169,6 @@ local function write_hash(key, doc, ttl)
   if ttl > 0 then redis.call('EXPIRE', key, ttl) end
   for w, blob in ipairs(windows) do
     local wk = key .. '#w' .. w
-    redis.call('DEL', wk)
     redis.call('HSET', wk, 'windows', blob, unpack(scope))
     if ttl > 0 then redis.call('EXPIRE', wk, ttl) end
   end
@@ -190,8 +189,10 @@ local function load_fields(key, fields, wanted)
     if not have[name] and name ~= 'distance' then names[#names + 1] = name end
   end
   if #names == 0 then return out end
-  if redis.call('TYPE', key).ok == 'hash' then
-    local vals = redis.call('HMGET', key, unpack(names))
+  local okt, t = pcall(redis.call, 'TYPE', key)
+  if okt and t.ok == 'hash' then
+    local ok, vals = pcall(redis.call, 'HMGET', key, unpack(names))
+    if not ok then return out end
     for j, name in ipairs(names) do
       if vals[j] then out[#out + 1] = name; out[#out + 1] = vals[j] end
     end
@@ -216,10 +217,13 @@ local function load_fields(key, fields, wanted)
 end
 
 -- A compact window's row stands for its memory: the memory's key, its fields and TTL, the
--- window's distance. nil when the memory is gone (a window outliving it is skipped).
+-- window's distance. nil when the memory is gone (a window outliving it is skipped) or cannot be
+-- read (the caller's rights): a search never raises.
 local function window_row(key, fields, wanted, ttl)
   local parent = string.match(key, '^(.*)#w%d+$')
-  if not parent or redis.call('TYPE', parent).ok ~= 'hash' then return nil end
+  if not parent then return nil end
+  local okt, t = pcall(redis.call, 'TYPE', parent)
+  if not okt or t.ok ~= 'hash' then return nil end
   local out = {}
   for j = 1, #fields, 2 do
     if fields[j] == 'distance' then out[1] = 'distance'; out[2] = fields[j + 1] end
@@ -229,7 +233,8 @@ local function window_row(key, fields, wanted, ttl)
     if name ~= 'distance' then names[#names + 1] = name end
   end
   if #names > 0 then
-    local vals = redis.call('HMGET', parent, unpack(names))
+    local ok, vals = pcall(redis.call, 'HMGET', parent, unpack(names))
+    if not ok then return nil end
     for j, name in ipairs(names) do
       if vals[j] then out[#out + 1] = name; out[#out + 1] = vals[j] end
     end
@@ -292,15 +297,24 @@ local function search(args, ttl)
     local u = string.upper(a)
     if u == 'WITHSCORES' then withscores = true elseif u == 'NOCONTENT' then nocontent = true end
   end
-  local rows, i = {}, 2
+  local rows, i, parents = {}, 2, {}
   while i <= #r do
     local key, score, fields = r[i], '', {}
     i = i + 1
     if withscores then score = r[i]; i = i + 1 end
     if not nocontent then fields = r[i]; i = i + 1 end
-    if asked and string.find(key, '#w', 1, true) and redis.call('TYPE', key).ok == 'hash' then
-      local row = window_row(key, fields, asked, ttl)
-      if row then rows[#rows + 1] = row end
+    local parent = asked and string.match(key, '^(.*)#w%d+$')
+    if parent then
+      local okt, t = pcall(redis.call, 'TYPE', key)
+      if not okt or t.ok ~= 'hash' then parent = false end
+    end
+    if parent then
+      -- Rows come nearest first: a memory's first window row is its nearest; later ones drop.
+      if not parents[parent] then
+        parents[parent] = true
+        local row = window_row(key, fields, asked, ttl)
+        if row then rows[#rows + 1] = row end
+      end
     else
       if wanted then fields = load_fields(key, fields, wanted) end
       rows[#rows + 1] = {key, ttl == false and '' or redis.call('PTTL', key), score, fields}
