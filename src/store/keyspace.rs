@@ -848,7 +848,7 @@ pub fn f16_blob(v: &[f32]) -> Vec<u8> {
 /// A FLOAT16 blob read back (every number of it: a vector of another dimension keeps its own
 /// length, so callers can tell); `None` for a blob of an odd size.
 pub fn f16_vector(b: &[u8]) -> Option<Vec<f32>> {
-    (b.len() % 2 == 0).then(|| {
+    b.len().is_multiple_of(2).then(|| {
         b.chunks_exact(2)
             .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect()
