@@ -1577,6 +1577,36 @@ fn the_compact_layout_on_a_cluster() {
             .unwrap();
         assert!(left.is_empty(), "{left:?}");
         assert_eq!(as_i64(&q(&mut c, &["MEM.FORGET", "USER", u])), 1);
+        // A turn, and near-duplicates merged, on the user's master.
+        let t = unique("ct");
+        q(
+            &mut c,
+            &["MEM.TURN", &t, "user", "My cat is called Miso.", "USER", u],
+        );
+        let r = q(
+            &mut c,
+            &["MEM.TURN", &t, "user", "What is my cat called?", "USER", u],
+        );
+        assert_eq!(as_i64(get(&r, "turn_count")), 2);
+        assert!(
+            format!("{:?}", get(&r, "recalled")).contains("Miso"),
+            "{r:?}"
+        );
+        for text in [
+            "The user's dog is called Rex.",
+            "The user's dog is named Rex.",
+        ] {
+            q(
+                &mut c,
+                &["MEM.REMEMBER", text, "USER", u, "NS", "pets", "NODEDUP"],
+            );
+        }
+        let merged = q(&mut c, &["MEM.CONSOLIDATE", "USER", u, "NS", "pets"]);
+        assert_eq!(items(&merged).len(), 1, "{merged:?}");
+        assert_eq!(
+            items(&q(&mut c, &["MEM.LIST", "USER", u, "NS", "pets"])).len(),
+            1
+        );
     }
     assert_eq!(as_str(get(&q(&mut c, &["MEM.INFO"]), "storage")), "compact");
 }
