@@ -1194,20 +1194,23 @@ fn a_manual_failover_is_followed_by_clients_already_connected() {
 }
 
 #[test]
-fn a_transaction_memproxy_queues_is_bounded() {
+fn a_transaction_memproxy_keeps_is_bounded() {
     let s = setup();
     let proxy = Proxy::start(&s.cluster.nodes[0].url(), |c| c.max_request_bytes = 4096);
     let mut c = proxy.client();
     let k = format!("{{{}}}:tx", unique("big"));
     let big = "x".repeat(3000);
+    // Commands before the first key are kept (the transaction may move to the key's master):
+    // at most one request's worth.
     let r: redis::RedisResult<Vec<String>> = redis::pipe()
         .atomic()
-        .cmd("SET")
-        .arg(&k)
+        .cmd("ECHO")
+        .arg(&big)
+        .cmd("ECHO")
         .arg(&big)
         .cmd("SET")
         .arg(&k)
-        .arg(&big)
+        .arg("v")
         .query(&mut c);
     let e = r.unwrap_err().to_string();
     assert!(
@@ -1216,6 +1219,18 @@ fn a_transaction_memproxy_queues_is_bounded() {
     );
     let n: i64 = redis::cmd("EXISTS").arg(&k).query(&mut c).unwrap();
     assert_eq!(n, 0, "nothing of the refused transaction ran");
+    // Once a key names the master, Redis queues the commands itself, as on one Redis.
+    let r: Vec<String> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg(&k)
+        .arg(&big)
+        .cmd("SET")
+        .arg(&k)
+        .arg(&big)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(r, ["OK", "OK"]);
     // The connection goes on.
     let _: () = redis::cmd("SET")
         .arg(&k)
@@ -1502,6 +1517,51 @@ fn unsubscribe_outside_subscribed_mode_keeps_mem_verbs() {
 #[test]
 fn metrics_count_the_same_things() {
     metrics_follow_requests(&setup().cluster.nodes[0].url());
+}
+
+#[test]
+fn a_transaction_is_queued_by_redis_itself() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let mut raw = s.proxy.raw();
+    // Queue-time errors are Redis's own (an unknown command, a wrong arity), and EXEC aborts.
+    let k = format!("{{{}}}:q", unique("tx"));
+    raw.cmd(&[b"MULTI"]);
+    assert_eq!(raw.read_str(), "+OK\r\n");
+    raw.cmd(&[b"SET", k.as_bytes(), b"1"]);
+    assert_eq!(raw.read_str(), "+QUEUED\r\n");
+    raw.cmd(&[b"NOSUCHCOMMAND", b"x"]);
+    assert!(raw.read_str().starts_with("-ERR unknown command"));
+    raw.cmd(&[b"GET"]);
+    assert!(raw.read_str().starts_with("-ERR wrong number of arguments"));
+    raw.cmd(&[b"EXEC"]);
+    assert!(raw.read_str().starts_with("-EXECABORT"));
+    let n: i64 = redis::cmd("EXISTS").arg(&k).query(&mut c).unwrap();
+    assert_eq!(n, 0);
+    // Keyless commands first, then a key whose master is not the client's first: the
+    // transaction moves there and runs whole.
+    for u in users_on_every_master(s, &unique("tx")) {
+        let k = format!("{{{u}}}:m");
+        raw.cmd(&[b"MULTI"]);
+        assert_eq!(raw.read_str(), "+OK\r\n");
+        raw.cmd(&[b"PING"]);
+        assert_eq!(raw.read_str(), "+QUEUED\r\n");
+        raw.cmd(&[b"SET", k.as_bytes(), b"v"]);
+        assert_eq!(raw.read_str(), "+QUEUED\r\n");
+        raw.cmd(&[b"GET", k.as_bytes()]);
+        assert_eq!(raw.read_str(), "+QUEUED\r\n");
+        raw.cmd(&[b"EXEC"]);
+        assert_eq!(raw.read_str(), "*3\r\n+PONG\r\n+OK\r\n$1\r\nv\r\n");
+    }
+    // DISCARD: nothing runs.
+    raw.cmd(&[b"MULTI"]);
+    assert_eq!(raw.read_str(), "+OK\r\n");
+    raw.cmd(&[b"SET", k.as_bytes(), b"2"]);
+    assert_eq!(raw.read_str(), "+QUEUED\r\n");
+    raw.cmd(&[b"DISCARD"]);
+    assert_eq!(raw.read_str(), "+OK\r\n");
+    let n: i64 = redis::cmd("EXISTS").arg(&k).query(&mut c).unwrap();
+    assert_eq!(n, 0);
 }
 
 #[test]

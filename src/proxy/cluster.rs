@@ -120,15 +120,20 @@ enum Stop {
     Upstream(String),
 }
 
-/// A MULTI being queued.
-#[derive(Default)]
+/// A MULTI, open on one master as the client sends it: Redis queues every command itself and
+/// answers it (`+QUEUED`, or the error it gives at queue time). It opens on the watching master,
+/// else the client's first; the first command with keys moves it to its slot's master if that is
+/// another (DISCARD there, MULTI on the new one, the commands so far queued again).
 struct Tx {
-    cmds: Vec<Cmd>,
+    /// The master the transaction is open on.
+    node: String,
+    /// The commands queued before one named a slot (queued again if the transaction moves).
+    before_slot: Vec<Cmd>,
     /// The slot of the first queued command with keys.
     slot: Option<u16>,
-    /// A command was refused while queueing: EXEC answers EXECABORT.
+    /// A command was refused or failed while queueing: EXEC answers EXECABORT.
     failed: bool,
-    /// Bytes of the queued commands' arguments (bounded by `max_request_bytes`).
+    /// Bytes of `before_slot` (bounded by `max_request_bytes`).
     bytes: usize,
 }
 
@@ -319,7 +324,7 @@ impl Session {
             {
                 self.plain_run(&bytes, &mut run).await?;
                 let mark = self.out.len();
-                self.queue(owned(&view), kind).await;
+                self.queue(owned(&view), kind).await?;
                 if silent {
                     self.out.truncate(mark);
                 }
@@ -388,8 +393,7 @@ impl Session {
                     if self.tx.is_some() {
                         self.error("ERR MULTI calls can not be nested");
                     } else {
-                        self.tx = Some(Tx::default());
-                        self.out.extend_from_slice(b"+OK\r\n");
+                        self.multi(args).await?;
                     }
                 }
                 Kind::Exec => self.exec(args).await?,
@@ -754,8 +758,38 @@ impl Session {
         Ok(f)
     }
 
-    /// A command inside MULTI: checked for its slot and kept until EXEC.
-    async fn queue(&mut self, args: Cmd, kind: Kind) {
+    /// One command to `node` and its reply, redirections not followed (inside a transaction a
+    /// command must not run elsewhere).
+    async fn one_here(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, Stop> {
+        let mut w = Vec::new();
+        encode(args, &mut w);
+        self.send(node, &w).await?;
+        self.frame(node).await
+    }
+
+    /// MULTI, opened on the watching master or the client's first.
+    async fn multi(&mut self, args: Cmd) -> Result<(), Stop> {
+        let node = match &self.watched {
+            Some(w) => w.clone(),
+            None => self.home().await?,
+        };
+        let f = self.one_here(&node, &args).await?;
+        if f.first() != Some(&b'-') {
+            self.tx = Some(Tx {
+                node,
+                before_slot: Vec::new(),
+                slot: None,
+                failed: false,
+                bytes: 0,
+            });
+        }
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
+    /// A command inside MULTI: checked for its slot, then queued by the transaction's master,
+    /// which answers it.
+    async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), Stop> {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
@@ -774,34 +808,83 @@ impl Session {
             if !mem {
                 self.tx.as_mut().expect("in MULTI").failed = true;
             }
-            return;
+            return Ok(());
         }
         let target = route::target(&self.cluster, &args).await;
-        let tx = self.tx.as_mut().expect("in MULTI");
-        let refused = match target {
-            Target::Cross => true,
-            Target::Slot(s) => match tx.slot {
-                Some(t) if t != s => true,
-                _ => {
-                    tx.slot = Some(s);
-                    false
-                }
+        let slot = match target {
+            Target::Cross => Err(CROSSSLOT),
+            Target::Slot(s) => match self.tx.as_ref().expect("in MULTI").slot {
+                Some(t) if t != s => Err(CROSSSLOT),
+                Some(_) => Ok(None),
+                None => Ok(Some(s)),
             },
-            Target::Any => false,
+            Target::Any => Ok(None),
         };
-        let size: usize = args.iter().map(Vec::len).sum();
-        if refused {
-            tx.failed = true;
-            self.error(CROSSSLOT);
-        } else if tx.bytes + size > self.max_request {
-            // memproxy holds the transaction until EXEC: it holds at most one request's worth.
-            tx.failed = true;
-            self.error("ERR the transaction is larger than max_request_bytes (memproxy queues it until EXEC in cluster mode)");
-        } else {
+        let first_slot = match slot {
+            Err(line) => {
+                self.tx.as_mut().expect("in MULTI").failed = true;
+                self.error(line);
+                return Ok(());
+            }
+            Ok(s) => s,
+        };
+        if let Some(s) = first_slot {
+            let Some(master) = self.master_of(s).await else {
+                self.tx.as_mut().expect("in MULTI").failed = true;
+                self.error(CLUSTERDOWN);
+                return Ok(());
+            };
+            if master != self.tx.as_ref().expect("in MULTI").node {
+                if self.watched.is_some() {
+                    // WATCH is kept by the watching master: EXEC must run there.
+                    self.tx.as_mut().expect("in MULTI").failed = true;
+                    self.error(CROSSSLOT);
+                    return Ok(());
+                }
+                self.move_tx(&master).await?;
+            }
+            let tx = self.tx.as_mut().expect("in MULTI");
+            tx.slot = Some(s);
+            tx.before_slot.clear();
+        } else if self.tx.as_ref().expect("in MULTI").slot.is_none() {
+            let size: usize = args.iter().map(Vec::len).sum();
+            let tx = self.tx.as_mut().expect("in MULTI");
+            if tx.bytes + size > self.max_request {
+                // Kept until a key names the master: at most one request's worth.
+                tx.failed = true;
+                self.error("ERR the commands before the first key of a transaction are larger than max_request_bytes (memproxy keeps them until a key names the master in cluster mode)");
+                return Ok(());
+            }
             tx.bytes += size;
-            tx.cmds.push(args);
-            self.out.extend_from_slice(b"+QUEUED\r\n");
+            tx.before_slot.push(args.clone());
         }
+        let node = self.tx.as_ref().expect("in MULTI").node.clone();
+        let f = self.one_here(&node, &args).await?;
+        if f.first() == Some(&b'-') {
+            self.tx.as_mut().expect("in MULTI").failed = true;
+        }
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
+    /// Move the open transaction to `master`: DISCARD where it is, MULTI there, the commands
+    /// queued so far (keyless ones) queued again (their answers were given already).
+    async fn move_tx(&mut self, master: &str) -> Result<(), Stop> {
+        let (old, cmds) = {
+            let tx = self.tx.as_mut().expect("in MULTI");
+            (tx.node.clone(), std::mem::take(&mut tx.before_slot))
+        };
+        let _ = self.one_here(&old, &[b"DISCARD".to_vec()]).await?;
+        let f = self.one_here(master, &[b"MULTI".to_vec()]).await?;
+        let mut failed = f.first() == Some(&b'-');
+        for c in &cmds {
+            let f = self.one_here(master, c).await?;
+            failed |= f.first() == Some(&b'-');
+        }
+        let tx = self.tx.as_mut().expect("in MULTI");
+        tx.node = master.to_string();
+        tx.failed |= failed;
+        Ok(())
     }
 
     async fn exec(&mut self, args: Cmd) -> Result<(), Stop> {
@@ -811,54 +894,28 @@ impl Session {
             self.out.extend_from_slice(&f);
             return Ok(());
         };
-        let watched = self.watched.take();
-        let slot_node = match tx.slot {
-            Some(s) => self.master_of(s).await,
-            None => None,
-        };
-        let node = match (&watched, slot_node) {
-            (Some(w), Some(n)) if *w != n => {
-                let _ = self.one(w, &[b"UNWATCH".to_vec()]).await?;
-                self.error(CROSSSLOT);
-                return Ok(());
-            }
-            (_, Some(n)) => n,
-            (Some(w), None) => w.clone(),
-            (None, None) => self.home().await?,
-        };
+        // EXEC and DISCARD end every WATCH.
+        self.watched = None;
         if tx.failed {
-            if let Some(w) = watched {
-                let _ = self.one(&w, &[b"UNWATCH".to_vec()]).await?;
-            }
+            let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
             self.error("EXECABORT Transaction discarded because of previous errors.");
             return Ok(());
         }
-        let mut w = Vec::new();
-        encode(&[b"MULTI".to_vec()], &mut w);
-        for c in &tx.cmds {
-            encode(c, &mut w);
-        }
-        encode(&args, &mut w);
-        self.send(&node, &w).await?;
-        for _ in 0..tx.cmds.len() + 1 {
-            let _ = self.frame(&node).await?;
-        }
-        let f = self.frame(&node).await?;
+        let f = self.one_here(&tx.node, &args).await?;
         self.out.extend_from_slice(&f);
         Ok(())
     }
 
     async fn discard(&mut self, args: Cmd) -> Result<(), Stop> {
-        if self.tx.take().is_none() {
+        let Some(tx) = self.tx.take() else {
             let home = self.home().await?;
             let f = self.one(&home, &args).await?;
             self.out.extend_from_slice(&f);
             return Ok(());
-        }
-        if let Some(w) = self.watched.take() {
-            let _ = self.one(&w, &[b"UNWATCH".to_vec()]).await?;
-        }
-        self.out.extend_from_slice(b"+OK\r\n");
+        };
+        self.watched = None;
+        let f = self.one_here(&tx.node, &args).await?;
+        self.out.extend_from_slice(&f);
         Ok(())
     }
 
