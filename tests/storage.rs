@@ -364,6 +364,41 @@ fn http_routes_and_export_import_in_both_layouts() {
         assert_eq!(code, 200, "{body}");
         let s: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(s["memories"].as_array().unwrap().len(), 8, "{name}");
+        // The guide demo's other routes: a turn that dedups onto a seed, a new thread, a memory
+        // dropped (and put back by the export below's second reset).
+        let (code, body) = common::http(
+            &side.http,
+            "POST",
+            "/turn",
+            &format!(
+                r#"{{{scope},"text":"I prefer concise answers without filler phrases.","kind":"semantic","role":"user","threshold":"0.55","mode":"vector"}}"#
+            ),
+        );
+        assert_eq!(code, 200, "{name}: {body}");
+        let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(t["deduped"], true, "{name}: {t}");
+        assert!(
+            (t["existing_distance"].as_f64().unwrap() - 0.1472).abs() < 0.005,
+            "{t}"
+        );
+        assert_eq!(t["recalled"][0]["retrieval"], "vector");
+        let (code, body) = common::http(&side.http, "POST", "/new_thread", &format!("{{{scope}}}"));
+        assert_eq!(code, 200, "{name}: {body}");
+        let id = s["memories"][0]["id"]
+            .as_str()
+            .or(s["memories"][0]["memory_id"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let (code, body) = common::http(
+            &side.http,
+            "POST",
+            "/drop_memory",
+            &format!(r#"{{{scope},"memory_id":"{id}"}}"#),
+        );
+        assert_eq!(code, 200, "{name}: {body}");
+        assert!(body.contains(r#""deleted":true"#), "{name}: {body}");
+        let (code, body) = common::http(&side.http, "POST", "/reset", &format!("{{{scope}}}"));
+        assert_eq!(code, 200, "{name}: {body}");
         // Export from this layout, import into a fresh Redis in the other: the same memories.
         let (ok, out, err) = memproxy(
             &[
