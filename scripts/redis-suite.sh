@@ -29,7 +29,16 @@ command -v tclsh >/dev/null || { echo "tclsh is needed (apt-get install tcl)"; e
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work="$(mktemp -d)"; pids=()
 # KEEP=1 keeps the runs' logs (the path is printed at the end).
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; [ "${KEEP:-0}" = 1 ] && echo "logs: $work" || rm -rf "$work"; }
+# A server left running a script (the suite's script-timeout tests) ignores SIGTERM: SIGKILL after 2 s.
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 20); do
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ "${KEEP:-0}" = 1 ] && echo "logs: $work" || rm -rf "$work"
+}
 trap cleanup EXIT
 RPORT=$(free_port); MPORT=$(free_port)
 "$DEPS/bin/redis-server" --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
