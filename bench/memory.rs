@@ -358,7 +358,7 @@ fn main() {
                 .arg("semantic")
                 .query(&mut side.con)
                 .unwrap();
-            windows += windows_of(&text);
+            windows += memproxy::embed::windows::split(&text).len();
         }
         let used = (used_memory(&mut side.direct) - before) as f64;
         println!(
@@ -389,9 +389,4 @@ fn main() {
             guide.map_or("-".into(), |g| format!("{:.2}x", bytes / g))
         );
     }
-}
-
-/// The windows memproxy makes of `text` (`embed::windows::split`).
-fn windows_of(text: &str) -> usize {
-    memproxy::embed::windows::split(text).len()
 }

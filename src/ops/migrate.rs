@@ -305,6 +305,34 @@ impl<'e> Migration<'e> {
         self.set(&[("step", "built")]).await
     }
 
+    /// One page of a SCAN-like command: the next cursor and the keys.
+    async fn scan_page(&mut self, spec: Spec) -> MemResult<(String, Vec<String>)> {
+        let page = self.call_spec(spec).await?;
+        let a = array(&page);
+        let cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
+        let keys = a
+            .get(1)
+            .map(array)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(text)
+            .collect();
+        Ok((cursor, keys))
+    }
+
+    /// In front of a cluster a copy must hash to its source's slot (it stays on its master).
+    fn same_slot(&self, k: &str, dest: &str) -> MemResult<()> {
+        let slot = |k: &str| crate::upstream::cluster::slot::slot(k.as_bytes());
+        if self.cluster && slot(k) != slot(dest) {
+            return Err(err(format!(
+                "{k} would be copied to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
+                slot(k),
+                slot(dest)
+            )));
+        }
+        Ok(())
+    }
+
     /// COPY every key under `from` to the same name under `to` (never overwriting), recording the
     /// copies for the rollback.
     async fn copy(&mut self, from: &str, to: &str, progress: Progress<'_>) -> MemResult<()> {
@@ -322,30 +350,15 @@ impl<'e> Migration<'e> {
         let mut cursor = "0".to_string();
         let mut done = 0;
         loop {
-            let page = self
-                .call_spec(Keyspace::prefix_scan(from, &cursor, 1000))
+            let keys: Vec<String>;
+            (cursor, keys) = self
+                .scan_page(Keyspace::prefix_scan(from, &cursor, 1000))
                 .await?;
-            let a = array(&page);
-            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
-            let keys: Vec<String> = a
-                .get(1)
-                .map(array)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(text)
-                .collect();
             for batch in keys.chunks(COPY_BATCH) {
                 let mut cmds = Vec::new();
                 for k in batch {
                     let dest = Keyspace::under_prefix(k, from, to);
-                    let slot = |k: &str| crate::upstream::cluster::slot::slot(k.as_bytes());
-                    if self.cluster && slot(k) != slot(&dest) {
-                        return Err(err(format!(
-                            "{k} would be copied to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
-                            slot(k),
-                            slot(&dest)
-                        )));
-                    }
+                    self.same_slot(k, &dest)?;
                     cmds.push(cmd(&["COPY", k, &dest]));
                     cmds.push(cmd(&["SADD", &copies, &dest]));
                 }
@@ -384,17 +397,12 @@ impl<'e> Migration<'e> {
         let mut cursor = "0".to_string();
         let mut done = 0;
         loop {
-            let page = self
-                .call_spec(Keyspace::prefix_scan(from, &cursor, 1000))
+            let keys: Vec<String>;
+            (cursor, keys) = self
+                .scan_page(Keyspace::prefix_scan(from, &cursor, 1000))
                 .await?;
-            let a = array(&page);
-            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
-            let keys: Vec<String> = a
-                .get(1)
-                .map(array)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(text)
+            let keys: Vec<String> = keys
+                .into_iter()
                 .filter(|k| !Keyspace::is_window_key(k))
                 .collect();
             for batch in keys.chunks(COPY_BATCH) {
@@ -403,14 +411,7 @@ impl<'e> Migration<'e> {
                     .map(|k| Keyspace::under_prefix(k, from, to))
                     .collect();
                 for (k, dest) in batch.iter().zip(&dests) {
-                    let slot = |k: &str| crate::upstream::cluster::slot::slot(k.as_bytes());
-                    if self.cluster && slot(k) != slot(dest) {
-                        return Err(err(format!(
-                            "{k} would be converted to {dest}, in another hash slot (slot {} to {}): keys without a hash tag after their prefix move with export and import",
-                            slot(k),
-                            slot(dest)
-                        )));
-                    }
+                    self.same_slot(k, dest)?;
                 }
                 let exists: Vec<Spec> = dests.iter().map(|d| cmd(&["EXISTS", d])).collect();
                 let there: Vec<bool> = self
@@ -476,18 +477,10 @@ impl<'e> Migration<'e> {
         let mut cursor = "0".to_string();
         let mut done = 0;
         loop {
-            let page = self
-                .call(&["SSCAN", &copies, &cursor, "COUNT", "200"])
+            let keys: Vec<String>;
+            (cursor, keys) = self
+                .scan_page(cmd(&["SSCAN", &copies, &cursor, "COUNT", "200"]))
                 .await?;
-            let a = array(&page);
-            cursor = a.first().and_then(text).unwrap_or_else(|| "0".into());
-            let keys: Vec<String> = a
-                .get(1)
-                .map(array)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(text)
-                .collect();
             let compact = self.engine.config().storage == Storage::Compact;
             let memories = self
                 .engine

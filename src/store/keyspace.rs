@@ -577,11 +577,8 @@ impl Keyspace {
             // memories by `created_ts`, which its windows lack.
             let ts = m.created_ts.unwrap_or(0.0).to_string();
             let hits = m.hit_count.to_string();
-            let mut h = cmd(&[
-                "HSET",
-                key,
-                "text",
-                &m.text,
+            // The scope tags, on the memory and on each of its windows.
+            let scope = [
                 "user",
                 &m.user,
                 "namespace",
@@ -590,11 +587,18 @@ impl Keyspace {
                 &m.kind,
                 "source_thread",
                 &m.source_thread,
+            ];
+            let mut h = cmd(&[
+                "HSET",
+                key,
+                "text",
+                &m.text,
                 "hit_count",
                 &hits,
                 "created_ts",
                 &ts,
             ]);
+            h.extend(cmd(&scope));
             h.extend([b"embedding".to_vec(), f16_blob(&m.embedding)]);
             if !windows.is_empty() {
                 h.extend([
@@ -605,18 +609,8 @@ impl Keyspace {
             out.push(h);
             for (i, w) in windows.iter().enumerate() {
                 let wk = window_key(key, i + 1);
-                let mut h = cmd(&[
-                    "HSET",
-                    &wk,
-                    "user",
-                    &m.user,
-                    "namespace",
-                    &m.namespace,
-                    "kind",
-                    &m.kind,
-                    "source_thread",
-                    &m.source_thread,
-                ]);
+                let mut h = cmd(&["HSET", &wk]);
+                h.extend(cmd(&scope));
                 h.extend([b"windows".to_vec(), f16_blob(w)]);
                 out.push(h);
                 all_keys.push(wk);
@@ -692,7 +686,8 @@ impl Keyspace {
         let (o, c) = (offset.to_string(), count.to_string());
         let mut query = scope.filter();
         if self.compact() {
-            query.push_str(" @created_ts:[-inf +inf]");
+            query.push(' ');
+            query.push_str(Self::memories_only(Storage::Compact));
         }
         Self::with_return(
             self.spec(query, &["SORTBY", "created_ts", "DESC", "LIMIT", &o, &c]),

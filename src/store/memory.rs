@@ -847,33 +847,24 @@ impl Store {
             return None;
         };
         let d = docs.pop()?;
-        let s = |f: &str| {
-            d.get(f)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        Some(Stored {
-            key: k.to_string(),
-            id: self.keys.memory_id(k).to_string(),
-            text: s("text"),
-            user: s("user"),
-            namespace: s("namespace"),
-            kind: s("kind"),
-            source_thread: s("source_thread"),
-            created_ts: d.get("created_ts").and_then(|v| v.as_f64()),
-            hit_count: d.get("hit_count").and_then(|v| v.as_i64()).unwrap_or(0),
+        let s = |f: &str| d.get(f).and_then(|v| v.as_str()).map(str::to_string);
+        let embedding = d
+            .get("embedding")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_f64().map(|f| f as f32))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(self.stored(
+            k,
             pttl,
-            embedding: d
-                .get("embedding")
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_f64().map(|f| f as f32))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
+            s,
+            d.get("created_ts").and_then(|v| v.as_f64()),
+            d.get("hit_count").and_then(|v| v.as_i64()),
+            embedding,
+        ))
     }
 
     /// A memory from its hash (`HGETALL key`, the compact layout); `None` for an empty hash and
@@ -884,14 +875,34 @@ impl Store {
             Some(Value::BulkString(b)) => Some(b.as_slice()),
             _ => None,
         };
-        let s = |f: &str| {
-            raw(f)
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
+        let s = |f: &str| raw(f).map(|b| String::from_utf8_lossy(b).into_owned());
         raw("text")?;
-        let num = |f: &str| s(f).trim().parse::<f64>().ok();
-        Some(Stored {
+        let num = |f: &str| s(f).and_then(|v| v.trim().parse::<f64>().ok());
+        let embedding = raw("embedding")
+            .and_then(super::keyspace::f16_vector)
+            .unwrap_or_default();
+        Some(self.stored(
+            k,
+            pttl,
+            s,
+            num("created_ts"),
+            num("hit_count").map(|h| h as i64),
+            embedding,
+        ))
+    }
+
+    /// A memory read back, in either layout: `s` reads a text field.
+    fn stored(
+        &self,
+        k: &str,
+        pttl: i64,
+        s: impl Fn(&str) -> Option<String>,
+        created_ts: Option<f64>,
+        hit_count: Option<i64>,
+        embedding: Vec<f32>,
+    ) -> Stored {
+        let s = |f: &str| s(f).unwrap_or_default();
+        Stored {
             key: k.to_string(),
             id: self.keys.memory_id(k).to_string(),
             text: s("text"),
@@ -899,13 +910,11 @@ impl Store {
             namespace: s("namespace"),
             kind: s("kind"),
             source_thread: s("source_thread"),
-            created_ts: num("created_ts"),
-            hit_count: num("hit_count").map(|h| h as i64).unwrap_or(0),
+            created_ts,
+            hit_count: hit_count.unwrap_or(0),
             pttl,
-            embedding: raw("embedding")
-                .and_then(super::keyspace::f16_vector)
-                .unwrap_or_default(),
-        })
+            embedding,
+        }
     }
 
     /// A page of a scope's memories, newest first.
