@@ -1467,6 +1467,12 @@ fn malformed_request_gets_redis_protocol_error_and_close() {
 }
 
 #[test]
+fn per_client_bounds() {
+    let s = setup();
+    bounds_refuse_one_client(&Proxy::start(&s.cluster.nodes[0].url(), bounded));
+}
+
+#[test]
 fn inline_and_multibulk() {
     inline_and_multibulk_requests(&setup().proxy);
 }

@@ -399,24 +399,7 @@ fn large_erasure_in_batches_reports_the_full_count() {
 #[test]
 fn per_client_bounds() {
     let redis = Redis::start(&[]);
-    let proxy = Proxy::start(&redis.url(), |c| {
-        c.max_request_bytes = 1 << 20;
-        c.max_request_args = 1000;
-    });
-    let mut other = proxy.raw();
-    let mut big = proxy.raw();
-    // Refused as soon as the header announces more than the bound (before the payload comes).
-    big.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000000\r\nxxxx");
-    let r = big.read_str();
-    assert!(r.contains("max_request_bytes"), "{r}");
-    assert!(big.closed());
-    let mut many = proxy.raw();
-    many.send(b"*5000\r\n$3\r\nDEL\r\n");
-    let r = many.read_str();
-    assert!(r.contains("max_request_args"), "{r}");
-    assert!(many.closed());
-    other.cmd(&[b"PING"]);
-    assert_eq!(other.read_str(), "+PONG\r\n");
+    bounds_refuse_one_client(&Proxy::start(&redis.url(), bounded));
 }
 
 /// A client that writes a whole large pipeline before reading anything is served (no deadlock),

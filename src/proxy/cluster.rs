@@ -24,12 +24,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
+use super::session::{End, Intake, Limits, Next, Tally};
 use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
-use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
+use crate::resp::{is_unsubscribe_push, Protocol, Reply, Request, Scanner};
 use crate::upstream::cluster::topology::Cluster;
-use crate::upstream::{encode, Cmd, Link, ReplyMode, Stream};
+use crate::upstream::{encode, Broken, Cmd, Link, Lost, ReplyMode, Stream};
 
 /// Redirections followed for one request before its last reply is passed on.
 pub const MAX_REDIRECTS: usize = 5;
@@ -113,11 +114,9 @@ fn owned(view: &[&[u8]]) -> Cmd {
     view.iter().map(|a| a.to_vec()).collect()
 }
 
-/// Why a session ends.
-enum Stop {
-    ClientGone,
-    /// A master broke; the reason is told to the client.
-    Upstream(String),
+/// A master broke while a request awaited it: the session ends (the request gets the error).
+fn lost(node: &str, broken: Broken) -> End {
+    End::UpstreamLost(Lost::at(node, broken), 1)
 }
 
 /// A MULTI, open on one master as the client sends it: Redis queues every command itself and
@@ -143,7 +142,8 @@ struct Session {
     rd: ReadHalf<Stream>,
     wr: WriteHalf<Stream>,
     cbuf: BytesMut,
-    framer: Framer,
+    /// Framing of `cbuf` against the client's bounds.
+    intake: Intake,
     nodes: Nodes,
     /// Plain requests waiting to go out (kept between batches for its buffers).
     run: Run,
@@ -159,8 +159,6 @@ struct Session {
     replies: Replies,
     out: BytesMut,
     timeout: Duration,
-    max_request: usize,
-    buffer: usize,
 }
 
 /// Serve one accepted client in cluster mode until it or a master goes away.
@@ -174,14 +172,12 @@ pub async fn serve(
     let (rd, wr) = tokio::io::split(client);
     let mut s = Session {
         timeout: Duration::from_millis(cfg.op_timeout_ms),
-        max_request: cfg.max_request_bytes,
-        buffer: cfg.client_buffer_bytes,
         engine: engine.clone(),
         cluster,
         rd,
         wr,
         cbuf: BytesMut::with_capacity(16 * 1024),
-        framer: Framer::default(),
+        intake: Intake::new(Limits::of(&cfg)),
         nodes: Nodes::default(),
         run: Run::default(),
         home: None,
@@ -192,52 +188,42 @@ pub async fn serve(
         replies: Replies::default(),
         out: BytesMut::new(),
     };
-    engine.metrics.clients.inc();
-    let outcome = s.run(shutdown).await;
-    engine.metrics.clients.dec();
-    match outcome {
-        Stop::ClientGone => {}
-        Stop::Upstream(reason) => {
-            // A master is only read or written while a request awaits it: counted as single
-            // mode counts an upstream lost with requests outstanding.
-            tracing::warn!(%reason, "cluster node lost for a client; closing it");
-            engine.metrics.upstream_lost.inc();
-            let _ = s.cluster.refresh().await;
-            let line = format!(
-                "-ERR upstream connection lost: {}\r\n",
-                reason.replace(['\r', '\n'], " ")
-            );
-            s.out.extend_from_slice(line.as_bytes());
-            let _ = s.wr.write_all(&s.out).await;
-        }
+    let tally = Tally::start(&engine);
+    let end = s.run(shutdown).await;
+    if let End::UpstreamLost(lost, _) = &end {
+        // A master is only read or written while a request awaits it: the request is answered
+        // the error, as single mode answers every request outstanding.
+        let _ = s.cluster.refresh().await;
+        s.error(&lost.line());
+        let _ = s.wr.write_all(&s.out).await;
     }
     let _ = s.wr.shutdown().await;
+    tally.end(&end);
 }
 
 impl Session {
-    async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Stop {
+    async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> End {
         loop {
             // Every complete request in the buffer, in order, each as the bytes the client sent.
             let mut reqs: Vec<(Range<usize>, Request)> = Vec::with_capacity(32);
             let mut end = 0;
             let mut stop = None;
             loop {
-                match self.framer.parse(&self.cbuf[end..]) {
-                    Parsed::Request(req) => {
+                match self.intake.next(&self.cbuf[end..]) {
+                    Next::Request(req) => {
                         let len = req.len;
                         reqs.push((end..end + len, req));
                         end += len;
                     }
-                    Parsed::Skip(n) => end += n,
-                    Parsed::Incomplete(need) => {
-                        if need > self.max_request + 64 * 1024 {
-                            stop = Some(Err("ERR Protocol error: request too big"));
-                        }
+                    Next::Skip(n) => end += n,
+                    Next::Wait => break,
+                    Next::OverLimit(line) => {
+                        stop = Some(Err(line));
                         break;
                     }
                     // As in single mode: the bytes go to Redis, which answers its own error
                     // and closes the connection.
-                    Parsed::Invalid(_) => {
+                    Next::Invalid(_) => {
                         stop = Some(Ok(()));
                         break;
                     }
@@ -262,11 +248,12 @@ impl Session {
                 None => {}
             }
             if *shutdown.borrow() {
-                return Stop::ClientGone;
+                // Every request read was answered: nothing is in flight.
+                return End::Drained;
             }
             tokio::select! {
                 r = self.rd.read_buf(&mut self.cbuf) => match r {
-                    Ok(0) | Err(_) => return Stop::ClientGone,
+                    Ok(0) | Err(_) => return End::ClientGone,
                     Ok(_) => {}
                 },
                 _ = shutdown.changed() => {}
@@ -274,21 +261,21 @@ impl Session {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), Stop> {
+    async fn flush(&mut self) -> Result<(), End> {
         if !self.out.is_empty() {
             self.wr
                 .write_all(&self.out)
                 .await
-                .map_err(|_| Stop::ClientGone)?;
+                .map_err(|_| End::ClientGone)?;
             self.out.clear();
         }
         Ok(())
     }
 
-    async fn refuse(&mut self, line: &str) -> Stop {
-        Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
+    async fn refuse(&mut self, line: String) -> End {
+        self.error(&line);
         let _ = self.flush().await;
-        Stop::ClientGone
+        End::OverLimit(line)
     }
 
     fn error(&mut self, line: &str) {
@@ -297,11 +284,7 @@ impl Session {
 
     /// Serve a batch in order: runs of requests to one master each go out together, as the
     /// client's bytes.
-    async fn batch(
-        &mut self,
-        bytes: Bytes,
-        reqs: Vec<(Range<usize>, Request)>,
-    ) -> Result<(), Stop> {
+    async fn batch(&mut self, bytes: Bytes, reqs: Vec<(Range<usize>, Request)>) -> Result<(), End> {
         // Reused from batch to batch (its masters stay known, its buffers keep their room).
         let mut run = std::mem::take(&mut self.run);
         let mut topo = self.cluster.topology();
@@ -448,7 +431,7 @@ impl Session {
     }
 
     /// The client's first master (opened now if need be).
-    async fn home(&mut self) -> Result<String, Stop> {
+    async fn home(&mut self) -> Result<String, End> {
         if let Some(h) = &self.home {
             if self.nodes.contains_key(h) {
                 return Ok(h.clone());
@@ -459,14 +442,14 @@ impl Session {
             .masters
             .first()
             .cloned()
-            .ok_or_else(|| Stop::Upstream("the cluster has no master".into()))?;
+            .ok_or_else(|| End::UpstreamLost(Lost::upstream(Broken::NoMaster), 1))?;
         self.open(&first).await?;
         self.home = Some(first.clone());
         Ok(first)
     }
 
     /// A connection to `node`, opened and set up as the client's other connections are.
-    async fn open(&mut self, node: &str) -> Result<(), Stop> {
+    async fn open(&mut self, node: &str) -> Result<(), End> {
         if self.nodes.contains_key(node) {
             return Ok(());
         }
@@ -474,7 +457,7 @@ impl Session {
         let stream = addr
             .connect(self.timeout)
             .await
-            .map_err(|e| Stop::Upstream(format!("unavailable: {e}")))?;
+            .map_err(|e| lost(node, Broken::Unavailable(e.to_string())))?;
         let mut n = Node {
             stream,
             buf: BytesMut::new(),
@@ -486,7 +469,10 @@ impl Session {
                 encode(c, &mut w);
             }
             let setup = async {
-                n.stream.write_all(&w).await?;
+                n.stream
+                    .write_all(&w)
+                    .await
+                    .map_err(|e| Broken::Write(e.to_string()))?;
                 let mut left = self.setup.len();
                 while left > 0 {
                     match n.scanner.scan(&n.buf) {
@@ -496,20 +482,20 @@ impl Session {
                                 left -= 1;
                             }
                         }
-                        Ok(None) => {
-                            if n.stream.read_buf(&mut n.buf).await? == 0 {
-                                return Err(std::io::Error::other("closed"));
-                            }
-                        }
-                        Err(e) => return Err(std::io::Error::other(e.to_string())),
+                        Ok(None) => match n.stream.read_buf(&mut n.buf).await {
+                            Ok(0) => return Err(Broken::Closed),
+                            Ok(_) => {}
+                            Err(e) => return Err(Broken::Read(e.to_string())),
+                        },
+                        Err(e) => return Err(Broken::Unreadable(e.to_string())),
                     }
                 }
-                Ok::<(), std::io::Error>(())
+                Ok(())
             };
             tokio::time::timeout(self.timeout, setup)
                 .await
-                .map_err(|_| Stop::Upstream(format!("{node}: setup timed out")))?
-                .map_err(|e| Stop::Upstream(format!("{node}: {e}")))?;
+                .map_err(|_| lost(node, Broken::SetupTimeout))?
+                .map_err(|b| lost(node, b))?;
         }
         if self.home.is_none() {
             self.home = Some(node.to_string());
@@ -518,19 +504,19 @@ impl Session {
         Ok(())
     }
 
-    async fn send(&mut self, node: &str, bytes: &[u8]) -> Result<(), Stop> {
+    async fn send(&mut self, node: &str, bytes: &[u8]) -> Result<(), End> {
         self.open(node).await?;
         let n = self.nodes.get_mut(node).expect("opened");
         if let Err(e) = n.stream.write_all(bytes).await {
             self.nodes.remove(node);
-            return Err(Stop::Upstream(format!("{node}: {e}")));
+            return Err(lost(node, Broken::Write(e.to_string())));
         }
         Ok(())
     }
 
     /// (P|S)UNSUBSCRIBE, not subscribed: Redis answers once a channel named (once with none),
     /// as arrays under RESP2 and as pushes under RESP3; an error (ACL, CROSSSLOT) answers for all.
-    async fn unsubscribe(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn unsubscribe(&mut self, args: Cmd) -> Result<(), End> {
         let node = match route::target(&self.cluster, &args).await {
             Target::Cross => Err(CROSSSLOT),
             Target::Any => Ok(self.home().await?),
@@ -561,7 +547,7 @@ impl Session {
 
     /// The next reply from `node` (pushes go to the client as they come), reading the client
     /// meanwhile so that its going away is seen at once.
-    async fn frame(&mut self, node: &str) -> Result<BytesMut, Stop> {
+    async fn frame(&mut self, node: &str) -> Result<BytesMut, End> {
         self.frame_or(node, |_| false).await
     }
 
@@ -570,19 +556,18 @@ impl Session {
         &mut self,
         node: &str,
         wanted: impl Fn(&[u8]) -> bool,
-    ) -> Result<BytesMut, Stop> {
+    ) -> Result<BytesMut, End> {
         let Session {
             nodes,
             rd,
             cbuf,
             out,
-            buffer,
-            max_request,
+            intake,
             ..
         } = self;
         let n = nodes
             .get_mut(node)
-            .ok_or_else(|| Stop::Upstream(format!("{node}: not connected")))?;
+            .ok_or_else(|| lost(node, Broken::Closed))?;
         loop {
             match n.scanner.scan(&n.buf) {
                 Ok(Some((len, push))) => {
@@ -594,17 +579,17 @@ impl Session {
                     return Ok(f);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(Stop::Upstream(format!("{node}: {e}"))),
+                Err(e) => return Err(lost(node, Broken::Unreadable(e.to_string()))),
             }
-            let room = cbuf.len() < *buffer + *max_request;
+            let room = cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
             tokio::select! {
                 r = n.stream.read_buf(&mut n.buf) => match r {
-                    Ok(0) => return Err(Stop::Upstream(format!("{node} closed the connection"))),
-                    Err(e) => return Err(Stop::Upstream(format!("{node}: {e}"))),
+                    Ok(0) => return Err(lost(node, Broken::Closed)),
+                    Err(e) => return Err(lost(node, Broken::Read(e.to_string()))),
                     Ok(_) => {}
                 },
                 r = rd.read_buf(cbuf), if room => match r {
-                    Ok(0) | Err(_) => return Err(Stop::ClientGone),
+                    Ok(0) | Err(_) => return Err(End::ClientGone),
                     Ok(_) => {}
                 },
             }
@@ -612,7 +597,7 @@ impl Session {
     }
 
     /// One command to `node`, its reply (redirections followed).
-    async fn one(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, Stop> {
+    async fn one(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, End> {
         let mut w = Vec::new();
         encode(args, &mut w);
         self.send(node, &w).await?;
@@ -622,7 +607,7 @@ impl Session {
 
     /// The requests of `run` (ranges of `bytes`), sent together (one write per master), replies
     /// taken in order; `run` is left empty.
-    async fn plain_run(&mut self, bytes: &[u8], run: &mut Run) -> Result<(), Stop> {
+    async fn plain_run(&mut self, bytes: &[u8], run: &mut Run) -> Result<(), End> {
         if run.reqs.is_empty() {
             return Ok(());
         }
@@ -655,7 +640,7 @@ impl Session {
                 continue;
             }
             self.pass_on(&bytes[raw.clone()], reply, *silent).await?;
-            if self.out.len() >= self.buffer {
+            if self.out.len() >= self.intake.limits.buffer {
                 self.flush().await?;
             }
         }
@@ -674,7 +659,7 @@ impl Session {
         raw: &[u8],
         reply: Result<BytesMut, &'static str>,
         silent: bool,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), End> {
         match reply {
             Ok(f) => {
                 let f = self.follow(raw, f).await?;
@@ -693,7 +678,7 @@ impl Session {
 
     /// Follow `MOVED` / `ASK` for the request `raw` (as sent) until a real reply (or
     /// [`MAX_REDIRECTS`]).
-    async fn follow(&mut self, raw: &[u8], mut f: BytesMut) -> Result<BytesMut, Stop> {
+    async fn follow(&mut self, raw: &[u8], mut f: BytesMut) -> Result<BytesMut, End> {
         for _ in 0..MAX_REDIRECTS {
             let Some((ask, node)) = redirect(&f) else {
                 return Ok(f);
@@ -716,7 +701,7 @@ impl Session {
 
     /// AUTH, HELLO, SELECT, CLIENT SETNAME …: on every open connection; the home connection's
     /// reply is the client's; kept for later connections when it succeeded.
-    async fn state_cmd(&mut self, kind: Kind, args: Cmd) -> Result<(), Stop> {
+    async fn state_cmd(&mut self, kind: Kind, args: Cmd) -> Result<(), End> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
         let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
@@ -735,7 +720,7 @@ impl Session {
     }
 
     /// COMMAND …: the home master's reply with the MEM.* entries merged in, as in single mode.
-    async fn command(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn command(&mut self, args: Cmd) -> Result<(), End> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
         let rest: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
@@ -747,7 +732,7 @@ impl Session {
     }
 
     /// RESET on every open connection (the home one's reply to the client).
-    async fn everywhere(&mut self, args: Cmd) -> Result<BytesMut, Stop> {
+    async fn everywhere(&mut self, args: Cmd) -> Result<BytesMut, End> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
         let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
@@ -760,7 +745,7 @@ impl Session {
 
     /// One command to `node` and its reply, redirections not followed (inside a transaction a
     /// command must not run elsewhere).
-    async fn one_here(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, Stop> {
+    async fn one_here(&mut self, node: &str, args: &[Vec<u8>]) -> Result<BytesMut, End> {
         let mut w = Vec::new();
         encode(args, &mut w);
         self.send(node, &w).await?;
@@ -768,7 +753,7 @@ impl Session {
     }
 
     /// MULTI, opened on the watching master or the client's first.
-    async fn multi(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn multi(&mut self, args: Cmd) -> Result<(), End> {
         let node = match &self.watched {
             Some(w) => w.clone(),
             None => self.home().await?,
@@ -789,7 +774,7 @@ impl Session {
 
     /// A command inside MULTI: checked for its slot, then queued by the transaction's master,
     /// which answers it.
-    async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), Stop> {
+    async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
@@ -849,7 +834,7 @@ impl Session {
         } else if self.tx.as_ref().expect("in MULTI").slot.is_none() {
             let size: usize = args.iter().map(Vec::len).sum();
             let tx = self.tx.as_mut().expect("in MULTI");
-            if tx.bytes + size > self.max_request {
+            if tx.bytes + size > self.intake.limits.request_bytes {
                 // Kept until a key names the master: at most one request's worth.
                 tx.failed = true;
                 self.error("ERR the commands before the first key of a transaction are larger than max_request_bytes (memproxy keeps them until a key names the master in cluster mode)");
@@ -869,7 +854,7 @@ impl Session {
 
     /// Move the open transaction to `master`: DISCARD where it is, MULTI there, the commands
     /// queued so far (keyless ones) queued again (their answers were given already).
-    async fn move_tx(&mut self, master: &str) -> Result<(), Stop> {
+    async fn move_tx(&mut self, master: &str) -> Result<(), End> {
         let (old, cmds) = {
             let tx = self.tx.as_mut().expect("in MULTI");
             (tx.node.clone(), std::mem::take(&mut tx.before_slot))
@@ -887,7 +872,7 @@ impl Session {
         Ok(())
     }
 
-    async fn exec(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn exec(&mut self, args: Cmd) -> Result<(), End> {
         let Some(tx) = self.tx.take() else {
             let home = self.home().await?;
             let f = self.one(&home, &args).await?;
@@ -906,7 +891,7 @@ impl Session {
         Ok(())
     }
 
-    async fn discard(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn discard(&mut self, args: Cmd) -> Result<(), End> {
         let Some(tx) = self.tx.take() else {
             let home = self.home().await?;
             let f = self.one(&home, &args).await?;
@@ -919,7 +904,7 @@ impl Session {
         Ok(())
     }
 
-    async fn watch(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn watch(&mut self, args: Cmd) -> Result<(), End> {
         if self.tx.is_some() {
             self.error("ERR WATCH inside MULTI is not allowed");
             return Ok(());
@@ -944,7 +929,7 @@ impl Session {
 
     /// MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several slots: one command per slot, replies
     /// merged.
-    async fn split(&mut self, args: Cmd, merge: Merge) -> Result<(), Stop> {
+    async fn split(&mut self, args: Cmd, merge: Merge) -> Result<(), End> {
         let step = route::split_step(&args);
         let items: Vec<&[Vec<u8>]> = args[1..].chunks(step).collect();
         if items.is_empty() || items.iter().any(|c| c.len() != step) {
@@ -1033,7 +1018,7 @@ impl Session {
     }
 
     /// KEYS, DBSIZE, FLUSHALL, FLUSHDB, SCRIPT LOAD|FLUSH, FUNCTION …: every master.
-    async fn every(&mut self, args: Cmd, merge: Merge) -> Result<(), Stop> {
+    async fn every(&mut self, args: Cmd, merge: Merge) -> Result<(), End> {
         let masters = self.cluster.topology().masters.clone();
         let mut replies = Vec::with_capacity(masters.len());
         for m in &masters {
@@ -1054,7 +1039,7 @@ impl Session {
     }
 
     /// SCAN: one master after another; the cursor says which (low bits) and where in it.
-    async fn scan(&mut self, mut args: Cmd) -> Result<(), Stop> {
+    async fn scan(&mut self, mut args: Cmd) -> Result<(), End> {
         let masters = self.cluster.topology().masters.clone();
         let cursor: Option<u64> = args
             .get(1)
@@ -1096,7 +1081,7 @@ impl Session {
     /// SUBSCRIBE, PSUBSCRIBE, MONITOR (on the home master), SSUBSCRIBE (on its channel's
     /// master): from here on the client talks to that one node, byte for byte. `tail` is this
     /// request and every later one of its batch, as the client sent them.
-    async fn tunnel(&mut self, args: Cmd, tail: &[u8]) -> Result<(), Stop> {
+    async fn tunnel(&mut self, args: Cmd, tail: &[u8]) -> Result<(), End> {
         let sharded = args[0].eq_ignore_ascii_case(b"ssubscribe");
         let node = match (sharded, args.get(1)) {
             (true, Some(ch)) => match self
@@ -1113,20 +1098,20 @@ impl Session {
 
     /// A request Redis would refuse as a protocol error: it and what follows go to the home
     /// master, whose error the client gets (and which closes the connection), as in single mode.
-    async fn tunnel_invalid(&mut self) -> Stop {
+    async fn tunnel_invalid(&mut self) -> End {
         let node = match self.home().await {
             Ok(n) => n,
-            Err(stop) => return stop,
+            Err(end) => return end,
         };
         match self.tunnel_to(node, &[]).await {
-            Ok(()) => Stop::ClientGone,
-            Err(stop) => stop,
+            Ok(()) => End::Tunneled,
+            Err(end) => end,
         }
     }
 
     /// `tail`, then the unread client bytes, to `node`; then bytes both ways until either side
     /// closes.
-    async fn tunnel_to(&mut self, node: String, tail: &[u8]) -> Result<(), Stop> {
+    async fn tunnel_to(&mut self, node: String, tail: &[u8]) -> Result<(), End> {
         let mut w = Vec::with_capacity(tail.len() + self.cbuf.len());
         w.extend_from_slice(tail);
         w.extend_from_slice(&self.cbuf);
@@ -1139,7 +1124,7 @@ impl Session {
             self.wr
                 .write_all(&n.buf)
                 .await
-                .map_err(|_| Stop::ClientGone)?;
+                .map_err(|_| End::ClientGone)?;
         }
         let (mut urd, mut uwr) = tokio::io::split(&mut n.stream);
         let up = tokio::io::copy(&mut self.rd, &mut uwr);
@@ -1148,13 +1133,13 @@ impl Session {
             _ = up => {},
             _ = down => {},
         }
-        Err(Stop::ClientGone)
+        Err(End::Tunneled)
     }
 
     /// A MEM.* verb, on the connection to the master of its user's slot. A verb whose script
     /// was refused with `MOVED` / `ASK` (its slot moving: refused at dispatch, before it ran) runs
     /// again where Redis says; `TRYAGAIN` (some of its keys moved, some not yet) after a pause.
-    async fn mem(&mut self, args: Cmd) -> Result<(), Stop> {
+    async fn mem(&mut self, args: Cmd) -> Result<(), End> {
         let parsed = self.engine.parse(args);
         let mut node = match self.engine.mem_slot(&parsed) {
             Some(s) => match self.master_of(s).await {
@@ -1204,7 +1189,7 @@ impl Session {
         node: &str,
         parsed: crate::mem::Parsed,
         asking: bool,
-    ) -> Result<Reply, Stop> {
+    ) -> Result<Reply, End> {
         let node = node.to_string();
         self.open(&node).await?;
         let n = self.nodes.remove(&node).expect("opened");

@@ -10,12 +10,15 @@
 //! - [`route`]: the command table — how each command is classified and, in cluster mode, routed
 //!   (one master, split by slot, every master, or handled here);
 //! - [`state`]: how a request changes the connection's state (HELLO, AUTH, SELECT, RESET),
-//!   tracked the same way by both sessions.
+//!   tracked the same way by both sessions;
+//! - [`session`]: what both sessions share besides: the client's bounds and the framing of its
+//!   bytes against them, why a session ends, and what is counted and logged when it does.
 //!
 //! MEM.* go from both sessions to the same verb code ([`crate::mem`]).
 
 pub mod cluster;
 pub mod route;
 pub mod server;
+pub mod session;
 pub mod single;
 pub mod state;

@@ -38,11 +38,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::route::{self, Conn, Kind};
+use super::session::{End, Intake, Limits, Next, Tally};
 use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
-use crate::resp::{is_unsubscribe_push, Framer, Parsed, Protocol, Reply, Request, Scanner};
-use crate::upstream::{Link, ReplyMode, Stream};
+use crate::resp::{is_unsubscribe_push, Protocol, Reply, Request, Scanner};
+use crate::upstream::{Broken, Link, Lost, ReplyMode, Stream};
 
 /// What the proxy needs to know of a reply to keep its view of the connection right.
 #[derive(Debug)]
@@ -92,16 +93,13 @@ type LocalRun = Pin<Box<dyn Future<Output = (Reply, Link)> + Send>>;
 
 /// Serve one accepted client until it or its upstream goes away.
 pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) {
-    engine.metrics.clients.inc();
-    struct Gone(Arc<Engine>);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            self.0.metrics.clients.dec();
-        }
-    }
-    let _gone = Gone(engine.clone());
+    let tally = Tally::start(&engine);
+    let end = session(client, engine, shutdown).await;
+    tally.end(&end);
+}
+
+async fn session(mut client: Stream, engine: Arc<Engine>, shutdown: watch::Receiver<bool>) -> End {
     let cfg = engine.config();
-    let mut client = client;
     let upstream = match engine
         .upstream_addr()
         .connect(Duration::from_millis(cfg.op_timeout_ms))
@@ -109,20 +107,12 @@ pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receive
     {
         Ok(up) => up,
         Err(reason) => {
-            tracing::warn!(%reason, "upstream unavailable for a new client");
-            let line = format!(
-                "-ERR upstream unavailable: {}\r\n",
-                reason.to_string().replace(['\r', '\n'], " ")
-            );
+            let reason = reason.to_string().replace(['\r', '\n'], " ");
+            let line = format!("-ERR upstream unavailable: {reason}\r\n");
             let _ = client.write_all(line.as_bytes()).await;
             let _ = client.shutdown().await;
-            return;
+            return End::Unavailable(reason);
         }
-    };
-    let limits = Limits {
-        request_bytes: cfg.max_request_bytes,
-        request_args: cfg.max_request_args as i64,
-        buffer: cfg.client_buffer_bytes,
     };
     Session {
         client,
@@ -134,8 +124,7 @@ pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receive
         out: BytesMut::with_capacity(16 * 1024),
         fwd: BytesMut::with_capacity(16 * 1024),
         held: VecDeque::new(),
-        need: 1,
-        framer: Framer::default(),
+        intake: Intake::new(Limits::of(&cfg)),
         reader: ReaderState::default(),
         slots: VecDeque::new(),
         pending: 0,
@@ -143,17 +132,10 @@ pub async fn serve(client: Stream, engine: Arc<Engine>, shutdown: watch::Receive
         state: ClientState::default(),
         local: None,
         tunnel_requested: false,
-        limits,
         grace: Duration::from_millis(cfg.shutdown_grace_ms),
     }
     .run()
-    .await;
-}
-
-struct Limits {
-    request_bytes: usize,
-    request_args: i64,
-    buffer: usize,
+    .await
 }
 
 /// Per-connection view kept by the reader (optimistic: it runs ahead of the replies).
@@ -265,9 +247,8 @@ struct Session {
     fwd: BytesMut,
     /// Request bytes held behind each queued MEM.* (one segment per barrier, in order).
     held: VecDeque<BytesMut>,
-    /// Bytes `cbuf` must hold before framing is worth trying again.
-    need: usize,
-    framer: Framer,
+    /// Framing of `cbuf` against the client's bounds.
+    intake: Intake,
     reader: ReaderState,
     slots: VecDeque<Slot>,
     /// Replies outstanding (the sum over slots).
@@ -278,7 +259,6 @@ struct Session {
     local: Option<(LocalRun, bool)>,
     /// A tunnel-switching request was seen: client bytes now go upstream unparsed.
     tunnel_requested: bool,
-    limits: Limits,
     grace: Duration,
 }
 
@@ -293,24 +273,24 @@ enum Event {
 }
 
 impl Session {
-    async fn run(mut self) {
+    async fn run(mut self) -> End {
         let mut draining = false;
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
-            if let Err(reason) = self.serve_front() {
-                return self.upstream_lost(&reason).await;
+            if let Err(lost) = self.serve_front() {
+                return self.upstream_lost(lost).await;
             }
             if matches!(self.slots.front(), Some(Slot::Tunnel)) && self.local.is_none() {
                 return self.tunnel().await;
             }
             if draining && self.slots.is_empty() && self.out.is_empty() {
-                return;
+                return End::Drained;
             }
             let buffered = self.fwd.len() + self.held.iter().map(|h| h.len()).sum::<usize>();
             let read_client =
-                !draining && self.slots.len() < MAX_PENDING && buffered < self.limits.buffer;
+                !draining && self.slots.len() < MAX_PENDING && buffered < self.intake.limits.buffer;
             let lent = self.upstream.is_none();
-            let read_up = !lent && self.out.len() < self.limits.buffer;
+            let read_up = !lent && self.out.len() < self.intake.limits.buffer;
             let write_up = !lent && !self.fwd.is_empty();
             let write_client = !self.out.is_empty();
             let grace = async {
@@ -346,12 +326,12 @@ impl Session {
             match event {
                 Event::ClientRead(Ok(n)) if n > 0 => {
                     if let Err(line) = self.take_requests() {
-                        return self.refuse(&line).await;
+                        return self.refuse(line).await;
                     }
                 }
                 // The client went away: so does everything pending for it (Redis frees a
                 // client that closed, replies and blocked commands included).
-                Event::ClientRead(_) | Event::ClientWrote(Err(_)) => return,
+                Event::ClientRead(_) | Event::ClientWrote(Err(_)) => return End::ClientGone,
                 Event::ClientWrote(Ok(n)) => self.out.advance(n),
                 Event::Shutdown => {
                     // Answer what is queued (bounded by the grace), then close.
@@ -360,25 +340,25 @@ impl Session {
                 }
                 Event::UpstreamRead(Ok(n)) if n > 0 => {}
                 Event::UpstreamRead(Ok(_)) => {
-                    return self.upstream_lost("upstream closed the connection").await
+                    return self.upstream_lost(Lost::upstream(Broken::Closed)).await
                 }
                 Event::UpstreamRead(Err(e)) => {
                     return self
-                        .upstream_lost(&format!("upstream connection lost: {e}"))
+                        .upstream_lost(Lost::upstream(Broken::Read(e.to_string())))
                         .await
                 }
                 Event::UpstreamWrote(Ok(n)) => self.fwd.advance(n),
                 Event::UpstreamWrote(Err(e)) => {
                     return self
-                        .upstream_lost(&format!("upstream write failed: {e}"))
+                        .upstream_lost(Lost::upstream(Broken::Write(e.to_string())))
                         .await
                 }
                 Event::Local(reply, link) => {
-                    if let Err(reason) = self.local_done(reply, link) {
-                        return self.upstream_lost(&reason).await;
+                    if let Err(lost) = self.local_done(reply, link) {
+                        return self.upstream_lost(lost).await;
                     }
                 }
-                Event::GraceOver => return,
+                Event::GraceOver => return End::Drained,
             }
         }
     }
@@ -411,12 +391,9 @@ impl Session {
             self.target().extend_from_slice(&bytes);
             return Ok(());
         }
-        if self.cbuf.len() < self.need {
-            return self.check_partial();
-        }
         loop {
-            match self.framer.parse(&self.cbuf) {
-                Parsed::Request(req) => {
+            match self.intake.next(&self.cbuf) {
+                Next::Request(req) => {
                     let len = req.len;
                     let slot = classify(&req, &self.cbuf, &mut self.reader);
                     let bytes = self.cbuf.split_to(len);
@@ -452,12 +429,10 @@ impl Session {
                         }
                     }
                 }
-                Parsed::Skip(n) => self.cbuf.advance(n),
-                Parsed::Incomplete(n) => {
-                    self.need = n;
-                    return self.check_partial();
-                }
-                Parsed::Invalid(reason) => {
+                Next::Skip(n) => self.cbuf.advance(n),
+                Next::Wait => return Ok(()),
+                Next::OverLimit(line) => return Err(line),
+                Next::Invalid(reason) => {
                     // Redis answers its own protocol error for these bytes; relay it, then tunnel.
                     tracing::debug!(%reason, "protocol error from client; handing it to the upstream");
                     let rest = self.cbuf.split();
@@ -468,34 +443,19 @@ impl Session {
                 }
             }
         }
-        self.need = 1;
-        Ok(())
-    }
-
-    /// The request being received is within the proxy's limits.
-    fn check_partial(&self) -> Result<(), String> {
-        let args = self.framer.announced_args();
-        if args > self.limits.request_args {
-            return Err(format!(
-                "ERR Protocol error: request has {args} arguments, over the proxy's limit of {} (max_request_args)",
-                self.limits.request_args
-            ));
-        }
-        if self.need > self.limits.request_bytes.saturating_add(INLINE_SLACK) {
-            return Err(format!(
-                "ERR Protocol error: request of more than {} bytes (max_request_bytes)",
-                self.limits.request_bytes
-            ));
-        }
         Ok(())
     }
 
     /// Fill front slots from what is at hand; start the front MEM.* command if there is one.
-    fn serve_front(&mut self) -> Result<(), String> {
+    fn serve_front(&mut self) -> Result<(), Lost> {
         loop {
             // Pushes are forwarded as they come, whatever the front slot is.
             let frame = loop {
-                match self.scanner.scan(&self.ubuf).map_err(|e| e.to_string())? {
+                match self
+                    .scanner
+                    .scan(&self.ubuf)
+                    .map_err(|e| Lost::upstream(Broken::Unreadable(e.to_string())))?
+                {
                     Some((len, true)) => {
                         let push = self.ubuf.split_to(len);
                         if let Some(Slot::Unsubscribed(n)) = self.slots.front_mut() {
@@ -606,13 +566,13 @@ impl Session {
     }
 
     /// The front MEM.* finished: take the socket back, answer, release the requests held behind.
-    fn local_done(&mut self, reply: Reply, link: Link) -> Result<(), String> {
+    fn local_done(&mut self, reply: Reply, link: Link) -> Result<(), Lost> {
         let (_, silent) = self.local.take().expect("local was running");
         self.slots.pop_front();
         self.pending -= 1;
         self.out.extend_from_slice(&link.pushes);
-        if let Some(reason) = &link.broken {
-            return Err(reason.clone());
+        if let Some(lost) = link.broken {
+            return Err(lost);
         }
         // Trusted (no PING probe, prefetching) only once Redis has let this connection in; a
         // MEM.* refused before reaching Redis (a syntax error) proves nothing.
@@ -636,23 +596,24 @@ impl Session {
 
     /// From the tunnel slot on: the rest of the upstream's bytes go to the client raw, and the
     /// client's to the upstream.
-    async fn tunnel(mut self) {
+    async fn tunnel(mut self) -> End {
         let Some(mut upstream) = self.upstream.take() else {
-            return;
+            return End::Tunneled;
         };
         self.out.extend_from_slice(&self.ubuf);
         if self.client.write_all(&self.out).await.is_err() {
-            return;
+            return End::ClientGone;
         }
         for held in std::iter::once(self.fwd.split()).chain(self.held.drain(..)) {
             if upstream.write_all(&held).await.is_err() {
-                return;
+                return End::Tunneled;
             }
         }
         if !self.cbuf.is_empty() && upstream.write_all(&self.cbuf).await.is_err() {
-            return;
+            return End::Tunneled;
         }
         let _ = tokio::io::copy_bidirectional(&mut self.client, &mut upstream).await;
+        End::Tunneled
     }
 
     fn track(&mut self, track: Track, frame: &[u8]) {
@@ -671,23 +632,17 @@ impl Session {
     }
 
     /// The client broke a limit: answer the error line, then close (nothing more is read).
-    async fn refuse(mut self, line: &str) {
-        tracing::warn!(%line, "closing a client over a limit");
-        Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
+    async fn refuse(mut self, line: String) -> End {
+        Reply::Error(line.clone()).encode(self.state.protocol, &mut self.out);
         let _ = tokio::time::timeout(self.grace, self.client.write_all(&self.out)).await;
         let _ = self.client.shutdown().await;
+        End::OverLimit(line)
     }
 
     /// The upstream is gone: every outstanding request gets an error, then the client is closed.
-    async fn upstream_lost(mut self, reason: &str) {
-        if self.pending == 0 {
-            // Nothing outstanding: QUIT, or Redis closing an idle client.
-            tracing::debug!(%reason, "upstream closed an idle client connection");
-        } else {
-            tracing::warn!(%reason, outstanding = self.pending, "upstream lost for a client; closing it");
-            self.engine.metrics.upstream_lost.inc();
-        }
-        let line = Reply::Error(format!("ERR upstream connection lost: {reason}"));
+    /// (Nothing outstanding: QUIT, or Redis closing an idle client.)
+    async fn upstream_lost(mut self, lost: Lost) -> End {
+        let line = Reply::Error(lost.line());
         while let Some(slot) = self.slots.pop_front() {
             let n = match slot {
                 Slot::Local { silent: true, .. } | Slot::Discard(_) => 0,
@@ -700,11 +655,9 @@ impl Session {
         }
         let _ = tokio::time::timeout(self.grace, self.client.write_all(&self.out)).await;
         let _ = self.client.shutdown().await;
+        End::UpstreamLost(lost, self.pending)
     }
 }
-
-/// Header bytes a request may take beyond `max_request_bytes` of payload.
-const INLINE_SLACK: usize = 64 * 1024;
 
 /// One I/O step on a stream: write from `wbuf` (when not empty) or read into `rbuf` (when
 /// `read`), whichever the stream is ready for first. One future per stream, so any stream type

@@ -9,6 +9,7 @@ use redis::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::address::Stream;
+use super::lost::{Broken, Lost};
 use crate::error::{MemError, MemResult};
 use crate::resp::Scanner;
 
@@ -39,7 +40,7 @@ pub struct Link {
     pub pushes: BytesMut,
     /// The connection can no longer be trusted (I/O error, timeout mid-reply): the session
     /// answers an error and closes the client, as for any upstream loss.
-    pub broken: Option<String>,
+    pub broken: Option<Lost>,
     /// The mode the command runs under; after the first call under OFF/SKIP replies are on.
     pub mode: ReplyMode,
     /// Replies still owed by the upstream after a timeout: the session discards them when they
@@ -87,17 +88,22 @@ impl Link {
 
     /// Send `cmds` as one pipeline and read one reply each (Redis errors are `Value::ServerError`).
     pub async fn call(&mut self, cmds: &[Cmd]) -> MemResult<Vec<Value>> {
-        if let Some(reason) = &self.broken {
-            return Err(MemError::upstream(format!("connection lost: {reason}")));
+        if let Some(lost) = &self.broken {
+            return Err(MemError::upstream(format!("connection lost: {lost}")));
         }
         if self.owed > 0 {
             return Err(MemError::upstream("busy with a request that timed out"));
         }
         match tokio::time::timeout(self.timeout, self.exchange(cmds)).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(reason)) => {
-                self.broken = Some(reason.clone());
-                Err(MemError::upstream(format!("connection lost: {reason}")))
+            Ok(Err(broken)) => {
+                let lost = Lost {
+                    node: self.node.clone(),
+                    broken,
+                };
+                let e = MemError::upstream(format!("connection lost: {lost}"));
+                self.broken = Some(lost);
+                Err(e)
             }
             Err(_) => Err(MemError::upstream(format!(
                 "timeout after {} ms",
@@ -112,7 +118,7 @@ impl Link {
         Ok(v.pop().unwrap_or(Value::Nil))
     }
 
-    async fn exchange(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, String> {
+    async fn exchange(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, Broken> {
         let mut out = Vec::new();
         let wrap = self.mode != ReplyMode::On && !self.turned_on;
         if wrap {
@@ -130,7 +136,7 @@ impl Link {
         self.stream
             .write_all(&out)
             .await
-            .map_err(|e| format!("write: {e}"))?;
+            .map_err(|e| Broken::Write(e.to_string()))?;
         if wrap {
             self.turned_on = true;
             self.read_reply().await?;
@@ -168,10 +174,13 @@ impl Link {
     }
 
     /// The next reply that is not a push.
-    async fn read_reply(&mut self) -> Result<Value, String> {
+    async fn read_reply(&mut self) -> Result<Value, Broken> {
         let mut scanner = Scanner::default();
         loop {
-            match scanner.scan(&self.buf).map_err(|e| e.to_string())? {
+            match scanner
+                .scan(&self.buf)
+                .map_err(|e| Broken::Unreadable(e.to_string()))?
+            {
                 Some((len, true)) => {
                     let push = self.buf.split_to(len);
                     self.pushes.extend_from_slice(&push);
@@ -181,7 +190,7 @@ impl Link {
                     let v = match crate::resp::value::decode(frame) {
                         Some(v) => v,
                         None => redis::parse_redis_value(frame)
-                            .map_err(|e| format!("unreadable reply: {e}"))?,
+                            .map_err(|e| Broken::Unreadable(e.to_string()))?,
                     };
                     self.buf.advance(len);
                     return Ok(normalize(v));
@@ -191,9 +200,9 @@ impl Link {
                         .stream
                         .read_buf(&mut self.buf)
                         .await
-                        .map_err(|e| format!("read: {e}"))?;
+                        .map_err(|e| Broken::Read(e.to_string()))?;
                     if n == 0 {
-                        return Err("upstream closed the connection".into());
+                        return Err(Broken::Closed);
                     }
                 }
             }

@@ -19,8 +19,10 @@
 pub mod address;
 pub mod cluster;
 pub mod link;
+pub mod lost;
 pub mod sentinel;
 pub mod tls;
 
 pub use address::{AsyncStream, ConnectError, Stream, UpstreamAddr, UpstreamSettings};
 pub use link::{encode, Cmd, Link, ReplyMode, REPLY_OFF};
+pub use lost::{Broken, Lost};

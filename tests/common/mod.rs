@@ -1034,6 +1034,37 @@ pub fn malformed_requests_are_refused_as_redis_does(proxy: &Proxy) {
 // --- One behaviour suite: run from the same code against a single Redis (tests/passthrough.rs)
 // --- and a 3-master cluster (tests/cluster.rs); what differs is a documented cluster rule.
 
+/// The bounds [`bounds_refuse_one_client`] expects: 1 MiB a request, 1,000 arguments.
+pub fn bounded(c: &mut Config) {
+    c.max_request_bytes = 1 << 20;
+    c.max_request_args = 1000;
+}
+
+/// A request over the byte or argument bound (a proxy started with [`bounded`]) is refused in
+/// the same words, its client closed; others go on.
+pub fn bounds_refuse_one_client(proxy: &Proxy) {
+    let mut other = proxy.raw();
+    other.cmd(&[b"PING"]);
+    assert_eq!(other.read_str(), "+PONG\r\n");
+    let mut big = proxy.raw();
+    // Refused as soon as the header announces more than the bound (before the payload comes).
+    big.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000000\r\nxxxx");
+    assert_eq!(
+        big.read_str(),
+        "-ERR Protocol error: request of more than 1048576 bytes (max_request_bytes)\r\n"
+    );
+    assert!(big.closed());
+    let mut many = proxy.raw();
+    many.send(b"*5000\r\n$3\r\nDEL\r\n");
+    assert_eq!(
+        many.read_str(),
+        "-ERR Protocol error: request has 5000 arguments, over the proxy's limit of 1000 (max_request_args)\r\n"
+    );
+    assert!(many.closed());
+    other.cmd(&[b"PING"]);
+    assert_eq!(other.read_str(), "+PONG\r\n");
+}
+
 /// Inline and multibulk requests, empty lines and `*0` (no reply).
 pub fn inline_and_multibulk_requests(proxy: &Proxy) {
     let mut c = proxy.raw();
