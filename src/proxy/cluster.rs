@@ -177,7 +177,7 @@ pub async fn serve(
         rd,
         wr,
         cbuf: BytesMut::with_capacity(16 * 1024),
-        intake: Intake::new(Limits::of(&cfg)),
+        intake: Intake::new(Limits::of(cfg)),
         nodes: Nodes::default(),
         run: Run::default(),
         home: None,

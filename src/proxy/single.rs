@@ -124,7 +124,7 @@ async fn session(mut client: Stream, engine: Arc<Engine>, shutdown: watch::Recei
         out: BytesMut::with_capacity(16 * 1024),
         fwd: BytesMut::with_capacity(16 * 1024),
         held: VecDeque::new(),
-        intake: Intake::new(Limits::of(&cfg)),
+        intake: Intake::new(Limits::of(cfg)),
         reader: ReaderState::default(),
         slots: VecDeque::new(),
         pending: 0,
@@ -267,7 +267,7 @@ enum Event {
     ClientWrote(std::io::Result<usize>),
     UpstreamRead(std::io::Result<usize>),
     UpstreamWrote(std::io::Result<usize>),
-    Local(Reply, Link),
+    Local(Reply, Box<Link>),
     Shutdown,
     GraceOver,
 }
@@ -319,7 +319,7 @@ impl Session {
                     Done::Read(r) => Event::UpstreamRead(r),
                     Done::Wrote(r) => Event::UpstreamWrote(r),
                 },
-                (reply, link) = async { local.as_mut().expect("guarded").0.as_mut().await }, if local.is_some() => Event::Local(reply, link),
+                (reply, link) = async { local.as_mut().expect("guarded").0.as_mut().await }, if local.is_some() => Event::Local(reply, Box::new(link)),
                 _ = shutdown.wait_for(|s| *s), if !draining => Event::Shutdown,
                 _ = grace => Event::GraceOver,
             };
@@ -354,7 +354,7 @@ impl Session {
                         .await
                 }
                 Event::Local(reply, link) => {
-                    if let Err(lost) = self.local_done(reply, link) {
+                    if let Err(lost) = self.local_done(reply, *link) {
                         return self.upstream_lost(lost).await;
                     }
                 }
