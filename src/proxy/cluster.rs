@@ -777,6 +777,8 @@ impl Session {
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
+            // INFO inside a transaction is the transaction master's (queued there as Redis does).
+            Kind::Every(m) if m == Merge::Info => None,
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()
@@ -1004,6 +1006,13 @@ impl Session {
                 Reply::Int(total).encode(self.state.protocol, &mut self.out);
             }
             Merge::First => self.out.extend_from_slice(&replies[0]),
+            Merge::Info => {
+                let frames: Vec<&[u8]> = replies.iter().map(|f| &f[..]).collect();
+                match super::info::merge(&frames) {
+                    Some(merged) => self.out.extend_from_slice(&merged),
+                    None => self.out.extend_from_slice(&replies[0]),
+                }
+            }
             Merge::Concat => {
                 let mut out = BytesMut::new();
                 match concat(&mut out) {

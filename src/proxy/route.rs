@@ -68,6 +68,9 @@ pub enum Merge {
     Concat,
     /// Every reply `+OK` (MSET, FLUSHALL, SCRIPT FLUSH …): the first error, else the first reply.
     First,
+    /// INFO: the first master's text with the additive counters and keyspaces summed
+    /// ([`super::info`]).
+    Info,
 }
 
 fn eq(a: &[u8], b: &str) -> bool {
@@ -123,6 +126,7 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
         "del" | "unlink" | "exists" | "touch" => Kind::Split(Merge::Sum),
         "keys" => Kind::Every(Merge::Concat),
         "dbsize" => Kind::Every(Merge::Sum),
+        "info" => Kind::Every(Merge::Info),
         "flushall" | "flushdb" => Kind::Every(Merge::First),
         "script" if eq(sub, "load") || eq(sub, "flush") => Kind::Every(Merge::First),
         "config" if eq(sub, "set") || eq(sub, "resetstat") => Kind::Config,
