@@ -778,7 +778,7 @@ impl Session {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
             // INFO inside a transaction is the transaction master's (queued there as Redis does).
-            Kind::Every(m) if m == Merge::Info => None,
+            Kind::Every(Merge::Info) => None,
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()
