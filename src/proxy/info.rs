@@ -1,8 +1,9 @@
 //! `INFO` over a cluster's masters, read as one Redis: the client's first master's reply, with
-//! the counters that add up across masters (blocked clients, keys, commands processed, expired
-//! keys …) summed, and the keyspace lines (`db0:keys=…,expires=…`) of every master added up.
-//! Everything else (version, role, memory, replication, per-command stats) is the first master's:
-//! a per-node figure has no sum that means anything.
+//! what adds up across masters summed — the counters of [`ADDITIVE`] (blocked clients, commands
+//! processed, expired keys …) and the per-name lines of the keyspace (`db0:keys=…,expires=…`),
+//! command and error statistics (`cmdstat_get:calls=…,usec=…`, `errorstat_ERR:count=…`), a line
+//! only some masters have included. Everything else (version, role, memory, replication) is the
+//! first master's: a per-node figure has no sum that means anything.
 
 /// The `INFO` fields whose sum over the masters is the cluster's own figure.
 const ADDITIVE: &[&str] = &[
@@ -34,10 +35,18 @@ const ADDITIVE: &[&str] = &[
     "total_error_replies",
     "total_reads_processed",
     "total_writes_processed",
+    // persistence: writes not yet saved, the cluster's "dirty"
+    "rdb_changes_since_last_save",
 ];
 
-/// The payload of a bulk (`$`) or verbatim (`=`, `txt:` prefixed) reply, and how to write it
-/// back.
+/// A line of `name:k=v,k=v` counts whose values add up by name across masters.
+fn summed_line(name: &str) -> bool {
+    name.starts_with("cmdstat_")
+        || name.starts_with("errorstat_")
+        || name.strip_prefix("db").is_some_and(|n| n.parse::<u32>().is_ok())
+}
+
+/// The payload of a bulk (`$`) or verbatim (`=`, `txt:` prefixed) reply, and its kind.
 fn text_of(frame: &[u8]) -> Option<(u8, &str)> {
     let kind = *frame.first()?;
     if kind != b'$' && kind != b'=' {
@@ -46,110 +55,134 @@ fn text_of(frame: &[u8]) -> Option<(u8, &str)> {
     let eol = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..eol]).ok()?.parse().ok()?;
     let body = frame.get(eol + 2..eol + 2 + len)?;
-    let body = if kind == b'=' { body.get(4..)? } else { body };
+    let body = if kind == b'=' {
+        body.get(4..)?
+    } else {
+        body
+    };
     Some((kind, std::str::from_utf8(body).ok()?))
 }
 
-/// `db0:keys=1,expires=0,avg_ttl=0,subexpiry=0`: its counts by name.
-fn db_counts(value: &str) -> Vec<(&str, i64)> {
-    value
-        .split(',')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            Some((k, v.parse().ok()?))
+/// One master's reply: its sections (`# Name`, lowercased) and their `name:value` lines.
+type Sections<'a> = Vec<(String, Vec<(&'a str, &'a str)>)>;
+
+fn sections(text: &str) -> Sections<'_> {
+    let mut out: Sections = vec![(String::new(), Vec::new())];
+    for line in text.lines().map(str::trim_end) {
+        if let Some(h) = line.strip_prefix('#') {
+            out.push((h.trim().to_ascii_lowercase(), Vec::new()));
+        } else if let Some((k, v)) = line.split_once(':') {
+            out.last_mut().expect("one at least").1.push((k, v));
+        }
+    }
+    out
+}
+
+/// `a=1,b=2` summed with `c=3,a=4` → `a=5,b=2,c=3` (in first-seen order); `avg_ttl` stays the
+/// first's, `usec_per_call` is `usec / calls` again.
+fn add_counts(values: &[&str]) -> String {
+    // Each count by name, and whether Redis writes it with decimals (usec_per_call).
+    let mut acc: Vec<(&str, f64, bool)> = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        for kv in v.split(',') {
+            let Some((k, text)) = kv.split_once('=') else {
+                continue;
+            };
+            let Ok(n) = text.parse::<f64>() else { continue };
+            match acc.iter_mut().find(|(name, ..)| *name == k) {
+                Some((_, a, _)) if k != "avg_ttl" || i == 0 => *a += n,
+                Some(_) => {}
+                None => acc.push((k, n, text.contains('.'))),
+            }
+        }
+    }
+    let get = |name: &str| acc.iter().find(|(k, ..)| *k == name).map(|(_, v, _)| *v);
+    if let (Some(usec), Some(calls)) = (get("usec"), get("calls")) {
+        let per = if calls > 0.0 { usec / calls } else { 0.0 };
+        if let Some((_, v, _)) = acc.iter_mut().find(|(k, ..)| *k == "usec_per_call") {
+            *v = per;
+        }
+    }
+    acc.iter()
+        .map(|(k, v, decimals)| {
+            if *decimals {
+                format!("{k}={v:.2}")
+            } else {
+                format!("{k}={}", *v as i64)
+            }
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The masters' `INFO` replies as one (`None` when the first is not a text reply: an error, say,
 /// which is passed on as it is).
 pub fn merge(replies: &[&[u8]]) -> Option<Vec<u8>> {
     let (kind, first) = text_of(replies.first()?)?;
-    let others: Vec<&str> = replies[1..]
-        .iter()
-        .filter_map(|f| text_of(f).map(|(_, t)| t))
+    let all: Vec<Sections> = std::iter::once(first)
+        .chain(replies[1..].iter().filter_map(|f| text_of(f).map(|(_, t)| t)))
+        .map(sections)
         .collect();
-    let field = |text: &str, name: &str| -> Option<i64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-    };
-    // Every master's keyspace lines, summed by database (keys and expires; avg_ttl the first's).
-    let mut dbs: Vec<(String, Vec<(String, i64)>)> = Vec::new();
-    for text in std::iter::once(first).chain(others.iter().copied()) {
-        for line in text.lines() {
-            let Some((db, value)) = line.trim_end().split_once(':') else {
-                continue;
-            };
-            if !(db.starts_with("db") && db[2..].parse::<u32>().is_ok()) {
-                continue;
-            }
-            let counts = db_counts(value);
-            match dbs.iter_mut().find(|(d, _)| d == db) {
-                Some((_, acc)) => {
-                    for (k, v) in counts {
-                        if k == "avg_ttl" {
-                            continue;
-                        }
-                        match acc.iter_mut().find(|(n, _)| n == k) {
-                            Some((_, a)) => *a += v,
-                            None => acc.push((k.to_string(), v)),
-                        }
-                    }
-                }
-                None => dbs.push((
-                    db.to_string(),
-                    counts
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect(),
-                )),
-            }
-        }
-    }
-    dbs.sort_by_key(|(d, _)| d[2..].parse::<u32>().unwrap_or(0));
-    let db_line = |(db, counts): &(String, Vec<(String, i64)>)| {
-        let values: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        format!("{db}:{}", values.join(","))
+    let values_of = |section: &str, name: &str| -> Vec<&str> {
+        all.iter()
+            .flat_map(|m| m.iter().filter(|(s, _)| s == section))
+            .flat_map(|(_, lines)| lines.iter())
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .collect()
     };
     let mut out = String::with_capacity(first.len() + 64);
-    let mut in_keyspace = false;
-    for line in first.split_inclusive('\n') {
-        let bare = line.trim_end();
-        if bare.starts_with('#') {
-            if in_keyspace {
-                // The masters' databases, where the first master's keyspace section ended.
-                dbs.iter()
-                    .for_each(|d| out.push_str(&(db_line(d) + "\r\n")));
-                dbs.clear();
+    for (i, (section, lines)) in all[0].iter().enumerate() {
+        if i > 0 {
+            if i > 1 {
+                out.push_str("\r\n");
             }
-            in_keyspace = bare.eq_ignore_ascii_case("# keyspace");
-            out.push_str(line);
-            continue;
+            // The header as the first master wrote it.
+            let header = first
+                .lines()
+                .filter(|l| l.starts_with('#'))
+                .nth(i - 1)
+                .unwrap_or("#");
+            out.push_str(header.trim_end());
+            out.push_str("\r\n");
         }
-        if in_keyspace && bare.starts_with("db") && bare.contains(':') {
-            continue;
-        }
-        if in_keyspace && bare.is_empty() {
-            dbs.iter()
-                .for_each(|d| out.push_str(&(db_line(d) + "\r\n")));
-            dbs.clear();
-            in_keyspace = false;
-        }
-        match bare.split_once(':').filter(|(k, _)| ADDITIVE.contains(k)) {
-            Some((name, _)) => {
-                let sum = std::iter::once(first)
-                    .chain(others.iter().copied())
-                    .filter_map(|t| field(t, name))
-                    .sum::<i64>();
+        for (name, value) in lines {
+            if ADDITIVE.contains(name) {
+                let sum: i64 = values_of(section, name)
+                    .iter()
+                    .filter_map(|v| v.trim().parse::<i64>().ok())
+                    .sum();
                 out.push_str(&format!("{name}:{sum}\r\n"));
+            } else if summed_line(name) {
+                out.push_str(&format!(
+                    "{name}:{}\r\n",
+                    add_counts(&values_of(section, name))
+                ));
+            } else {
+                out.push_str(&format!("{name}:{value}\r\n"));
             }
-            None => out.push_str(line),
         }
-    }
-    if in_keyspace {
-        dbs.iter()
-            .for_each(|d| out.push_str(&(db_line(d) + "\r\n")));
+        // Lines of this section that only other masters have (a key space, a command).
+        let mut extra: Vec<&str> = Vec::new();
+        for m in &all[1..] {
+            for (_, ls) in m.iter().filter(|(s, _)| s == section) {
+                for (name, _) in ls {
+                    if summed_line(name)
+                        && !lines.iter().any(|(k, _)| k == name)
+                        && !extra.contains(name)
+                    {
+                        extra.push(name);
+                    }
+                }
+            }
+        }
+        extra.sort_by_key(|n| n.strip_prefix("db").and_then(|d| d.parse::<u32>().ok()));
+        for name in extra {
+            out.push_str(&format!(
+                "{name}:{}\r\n",
+                add_counts(&values_of(section, name))
+            ));
+        }
     }
     let mut frame = Vec::with_capacity(out.len() + 16);
     let body_len = out.len() + if kind == b'=' { 4 } else { 0 };
@@ -171,26 +204,23 @@ mod tests {
         format!("${}\r\n{t}\r\n", t.len()).into_bytes()
     }
 
+    fn text(f: &[u8]) -> String {
+        text_of(f).unwrap().1.to_string()
+    }
+
     #[test]
-    fn counters_and_keyspaces_add_up() {
-        let a = bulk("# Server\r\nredis_version:8.2.3\r\n\r\n# Clients\r\nconnected_clients:2\r\nblocked_clients:0\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=500,subexpiry=0\r\n");
-        let b = bulk("# Server\r\nredis_version:8.2.3\r\n\r\n# Clients\r\nconnected_clients:1\r\nblocked_clients:1\r\n\r\n# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=0,subexpiry=0\r\n");
-        let c = bulk("# Clients\r\nconnected_clients:1\r\nblocked_clients:0\r\n");
-        let m = merge(&[&a, &b, &c]).unwrap();
-        let (_, t) = text_of(&m).unwrap();
-        assert!(t.contains("redis_version:8.2.3\r\n"), "{t}");
-        assert!(t.contains("connected_clients:4\r\n"), "{t}");
-        assert!(t.contains("blocked_clients:1\r\n"), "{t}");
-        assert!(
-            t.contains("db0:keys=7,expires=1,avg_ttl=500,subexpiry=0\r\n"),
-            "{t}"
-        );
-        // A keyspace the first master lacks still shows, in its section.
-        let empty = bulk("# Keyspace\r\n");
-        let m = merge(&[&empty, &a]).unwrap();
-        let (_, t) = text_of(&m).unwrap();
+    fn counters_and_per_name_lines_add_up() {
+        let a = bulk("# Server\r\nredis_version:8.2.3\r\n\r\n# Clients\r\nconnected_clients:2\r\nblocked_clients:0\r\n\r\n# Commandstats\r\ncmdstat_get:calls=2,usec=10,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=500,subexpiry=0\r\n");
+        let b = bulk("# Server\r\nredis_version:8.2.3\r\n\r\n# Clients\r\nconnected_clients:1\r\nblocked_clients:1\r\n\r\n# Commandstats\r\ncmdstat_get:calls=2,usec=30,usec_per_call=15.00,rejected_calls=0,failed_calls=1\r\ncmdstat_blpop:calls=1,usec=4,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=0,subexpiry=0\r\ndb2:keys=1,expires=0,avg_ttl=0,subexpiry=0\r\n");
+        let m = text(&merge(&[&a, &b]).unwrap());
         assert_eq!(
-            t,
+            m,
+            "# Server\r\nredis_version:8.2.3\r\n\r\n# Clients\r\nconnected_clients:3\r\nblocked_clients:1\r\n\r\n# Commandstats\r\ncmdstat_get:calls=4,usec=40,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\ncmdstat_blpop:calls=1,usec=4,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=7,expires=1,avg_ttl=500,subexpiry=0\r\ndb2:keys=1,expires=0,avg_ttl=0,subexpiry=0\r\n"
+        );
+        // A keyspace only another master has still shows, in its section.
+        let m = text(&merge(&[&bulk("# Keyspace\r\n"), &a]).unwrap());
+        assert_eq!(
+            m,
             "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=500,subexpiry=0\r\n"
         );
         // RESP3's verbatim string stays one.
