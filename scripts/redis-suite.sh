@@ -75,12 +75,12 @@ run() { # label port -> file of "[ok|err|exception]: name" lines
   local out="$work/$1.txt"
   (cd "$SRC" && ./runtest --host 127.0.0.1 --port "$2" --singledb --clients 1 --timeout 120 "${MODE_FLAGS[@]}" \
      $(printf -- '--single %s ' "${UNITS[@]}") 2>&1) | tee "$work/$1.log" |
-    sed 's/\x1b\[[0-9;]*m//g' | grep -E '^\[(ok|err|exception|ignore|skip)\]' | sed 's/ ([0-9]* ms)$//' | sort -u > "$out" || true
+    sed 's/\x1b\[[0-9;]*m//g' | grep -a -E '^\[(ok|err|exception|ignore|skip)\]' | sed 's/ ([0-9]* ms)$//' | sort -u > "$out" || true
   echo "$out"
 }
 direct=$(run direct "$RPORT")
 proxied=$(run memproxy "$MPORT")
-count() { grep -c "^\[$1\]" "$2" || true; }
+count() { grep -a -c "^\[$1\]" "$2" || true; }
 printf '| path | ok | err | exception |\n| --- | --- | --- | --- |\n'
 printf '| direct | %s | %s | %s |\n' "$(count ok "$direct")" "$(count err "$direct")" "$(count exception "$direct")"
 printf '| memproxy | %s | %s | %s |\n' "$(count ok "$proxied")" "$(count err "$proxied")" "$(count exception "$proxied")"

@@ -279,6 +279,69 @@ fn a_client_that_leaves_while_blocked_leaves_nothing_blocked() {
     eventually("no client stays blocked", || blocked(owner) == 0);
 }
 
+/// RANDOMKEY finds keys wherever they live, and a server knob (DEBUG SET-ACTIVE-EXPIRE, as
+/// CONFIG SET) holds on every master.
+#[test]
+fn randomkey_and_server_knobs_cover_every_master() {
+    let s = setup();
+    let mut c = s.proxy.client();
+    let u = unique("rk");
+    let keys = spread(&u, 3);
+    for k in &keys {
+        let _: () = redis::cmd("SET").arg(k).arg(1).query(&mut c).unwrap();
+    }
+    // Other tests' keys share the masters: every master's key is found over enough draws.
+    let mut masters_seen = std::collections::HashSet::new();
+    for _ in 0..300 {
+        let k: Option<String> = redis::cmd("RANDOMKEY").query(&mut c).unwrap();
+        let k = k.expect("a key");
+        masters_seen.insert(s.cluster.owner(&k).port);
+        if masters_seen.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(masters_seen.len(), 3, "RANDOMKEY reaches every master");
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let short = spread(&format!("{u}-ttl"), 3);
+    for k in &short {
+        let _: () = redis::cmd("PSETEX")
+            .arg(k)
+            .arg(50)
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Not expired actively on any master: each key is still in its master's count of keys in
+    // its slot, until it is read (counted first, asserted once active expiry is back on).
+    let mut kept = Vec::new();
+    for k in &short {
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(k)
+            .query(&mut c)
+            .unwrap();
+        let n: i64 = redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query(&mut direct(s.cluster.owner(k)))
+            .unwrap();
+        kept.push((k, n));
+    }
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    for (k, n) in kept {
+        assert!(n >= 1, "{k} was expired actively");
+    }
+}
+
 /// INFO through memproxy reads the cluster as one Redis: a client blocked on any master counts,
 /// and the keyspace line adds up every master's keys (as DBSIZE does); the rest is one master's.
 #[test]

@@ -777,8 +777,9 @@ impl Session {
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
-            // INFO inside a transaction is the transaction master's (queued there as Redis does).
-            Kind::Every(Merge::Info) => None,
+            // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
+            // there, as Redis does).
+            Kind::Every(Merge::Info | Merge::Random) => None,
             Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()
@@ -1006,6 +1007,17 @@ impl Session {
                 Reply::Int(total).encode(self.state.protocol, &mut self.out);
             }
             Merge::First => self.out.extend_from_slice(&replies[0]),
+            Merge::Random => {
+                let found: Vec<&BytesMut> = replies
+                    .iter()
+                    .filter(|f| !matches!(&f[..], b"$-1\r\n" | b"_\r\n"))
+                    .collect();
+                let pick = match found.len() {
+                    0 => &replies[0],
+                    n => found[rand::random::<u64>() as usize % n],
+                };
+                self.out.extend_from_slice(pick);
+            }
             Merge::Info => {
                 let frames: Vec<&[u8]> = replies.iter().map(|f| &f[..]).collect();
                 match super::info::merge(&frames) {

@@ -43,7 +43,9 @@ const ADDITIVE: &[&str] = &[
 fn summed_line(name: &str) -> bool {
     name.starts_with("cmdstat_")
         || name.starts_with("errorstat_")
-        || name.strip_prefix("db").is_some_and(|n| n.parse::<u32>().is_ok())
+        || name
+            .strip_prefix("db")
+            .is_some_and(|n| n.parse::<u32>().is_ok())
 }
 
 /// The payload of a bulk (`$`) or verbatim (`=`, `txt:` prefixed) reply, and its kind.
@@ -55,11 +57,7 @@ fn text_of(frame: &[u8]) -> Option<(u8, &str)> {
     let eol = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..eol]).ok()?.parse().ok()?;
     let body = frame.get(eol + 2..eol + 2 + len)?;
-    let body = if kind == b'=' {
-        body.get(4..)?
-    } else {
-        body
-    };
+    let body = if kind == b'=' { body.get(4..)? } else { body };
     Some((kind, std::str::from_utf8(body).ok()?))
 }
 
@@ -120,7 +118,11 @@ fn add_counts(values: &[&str]) -> String {
 pub fn merge(replies: &[&[u8]]) -> Option<Vec<u8>> {
     let (kind, first) = text_of(replies.first()?)?;
     let all: Vec<Sections> = std::iter::once(first)
-        .chain(replies[1..].iter().filter_map(|f| text_of(f).map(|(_, t)| t)))
+        .chain(
+            replies[1..]
+                .iter()
+                .filter_map(|f| text_of(f).map(|(_, t)| t)),
+        )
         .map(sections)
         .collect();
     let values_of = |section: &str, name: &str| -> Vec<&str> {

@@ -71,6 +71,8 @@ pub enum Merge {
     /// INFO: the first master's text with the additive counters and keyspaces summed
     /// ([`super::info`]).
     Info,
+    /// RANDOMKEY: the key of a master picked at random among those that have one.
+    Random,
 }
 
 fn eq(a: &[u8], b: &str) -> bool {
@@ -127,6 +129,16 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
         "keys" => Kind::Every(Merge::Concat),
         "dbsize" => Kind::Every(Merge::Sum),
         "info" => Kind::Every(Merge::Info),
+        "randomkey" => Kind::Every(Merge::Random),
+        // Server knobs: as CONFIG SET, on every master.
+        "debug"
+            if eq(sub, "set-active-expire")
+                || eq(sub, "set-skip-checksum-validation")
+                || eq(sub, "quicklist-packed-threshold")
+                || eq(sub, "set-disable-deny-scripts") =>
+        {
+            Kind::Config
+        }
         "flushall" | "flushdb" => Kind::Every(Merge::First),
         "script" if eq(sub, "load") || eq(sub, "flush") => Kind::Every(Merge::First),
         "config" if eq(sub, "set") || eq(sub, "resetstat") => Kind::Config,

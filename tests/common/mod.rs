@@ -313,6 +313,9 @@ impl ClusterNodes {
                     "2000",
                     "--cluster-require-full-coverage",
                     "no",
+                    // DEBUG's server knobs are tested through memproxy (a local connection).
+                    "--enable-debug-command",
+                    "local",
                 ],
             ));
         }
