@@ -1576,6 +1576,12 @@ fn malformed_request_gets_redis_protocol_error_and_close() {
 }
 
 #[test]
+fn vanished_blocked_clients_leave_nothing_behind() {
+    let s = setup();
+    vanished_blocked_clients_leave_nothing(&s.proxy, |key| direct(s.cluster.owner(key)));
+}
+
+#[test]
 fn per_client_bounds() {
     let s = setup();
     bounds_refuse_one_client(&Proxy::start(&s.cluster.nodes[0].url(), bounded));

@@ -1241,6 +1241,84 @@ pub fn blocked_client_released(proxy: &Proxy, direct_to: impl Fn(&str) -> redis:
     );
 }
 
+/// `blocked_clients` of a Redis's INFO.
+pub fn blocked_clients(d: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(d).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO clients has blocked_clients")
+}
+
+/// A client that goes away while blocked (lists, sorted sets, streams, a consumer group) takes its
+/// upstream connection with it at once: Redis counts no blocked client for it, and the next
+/// pushed element goes to a live consumer. `direct_to(key)`: a connection to the Redis holding
+/// `key` (every key here shares one slot). Counts are relative: other tests block beside this.
+pub fn vanished_blocked_clients_leave_nothing(
+    proxy: &Proxy,
+    direct_to: impl Fn(&str) -> redis::Connection,
+) {
+    let k = format!("{{{}}}", unique("blk"));
+    let dst = format!("{k}:dst");
+    let group_stream = format!("{k}:grp");
+    let mut d = direct_to(&k);
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&group_stream)
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query::<()>(&mut d)
+        .unwrap();
+    let blocking: [Vec<&[u8]>; 6] = [
+        vec![b"BLPOP", k.as_bytes(), b"0"],
+        vec![b"BRPOP", k.as_bytes(), b"0"],
+        vec![
+            b"BLMOVE",
+            k.as_bytes(),
+            dst.as_bytes(),
+            b"LEFT",
+            b"RIGHT",
+            b"0",
+        ],
+        vec![b"BZPOPMIN", k.as_bytes(), b"0"],
+        vec![b"XREAD", b"BLOCK", b"0", b"STREAMS", k.as_bytes(), b"$"],
+        vec![
+            b"XREADGROUP",
+            b"GROUP",
+            b"g",
+            b"c1",
+            b"BLOCK",
+            b"0",
+            b"STREAMS",
+            group_stream.as_bytes(),
+            b">",
+        ],
+    ];
+    for cmd in blocking {
+        let before = blocked_clients(&mut d);
+        let mut c = proxy.raw();
+        c.cmd(&cmd);
+        eventually("the client blocks", || blocked_clients(&mut d) > before);
+        drop(c);
+        eventually("its upstream connection is gone", || {
+            blocked_clients(&mut d) <= before
+        });
+    }
+    // Fairness: the dead consumer does not take the element.
+    let before = blocked_clients(&mut d);
+    let mut dead = proxy.raw();
+    dead.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
+    eventually("blocked", || blocked_clients(&mut d) > before);
+    drop(dead);
+    eventually("the dead one is gone", || blocked_clients(&mut d) <= before);
+    let mut live = proxy.raw();
+    live.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
+    eventually("live blocks", || blocked_clients(&mut d) > before);
+    let _: i64 = redis::cmd("RPUSH").arg(&k).arg("v").query(&mut d).unwrap();
+    assert!(live.read_str().contains("$1\r\nv\r\n"));
+}
+
 /// The metrics count the same things in front of any upstream: clients connected, MEM.*
 /// requests by verb and outcome (the side at fault), latency, nothing lost. A proxy of its own
 /// (with an HTTP listener) in front of `upstream_url`, so the counts are this test's.
