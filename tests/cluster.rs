@@ -1582,6 +1582,20 @@ fn vanished_blocked_clients_leave_nothing_behind() {
 }
 
 #[test]
+fn auth_and_hello_as_an_acl_user_on_every_master() {
+    let s = setup();
+    auth_and_hello_as_an_acl_user(&s.proxy, |args| {
+        for n in &s.cluster.nodes {
+            let mut cmd = redis::cmd(args[0]);
+            args[1..].iter().for_each(|a| {
+                cmd.arg(*a);
+            });
+            let _: () = cmd.query(&mut direct(n)).unwrap();
+        }
+    });
+}
+
+#[test]
 fn per_client_bounds() {
     let s = setup();
     bounds_refuse_one_client(&Proxy::start(&s.cluster.nodes[0].url(), bounded));

@@ -188,6 +188,18 @@ fn auth_and_hello_auth_against_password_protected_upstream() {
 }
 
 #[test]
+fn auth_and_hello_as_an_acl_user() {
+    let s = shared();
+    common::auth_and_hello_as_an_acl_user(&s.proxy, |args| {
+        let mut cmd = redis::cmd(args[0]);
+        args[1..].iter().for_each(|a| {
+            cmd.arg(*a);
+        });
+        let _: () = cmd.query(&mut direct(&s.redis)).unwrap();
+    });
+}
+
+#[test]
 fn upstream_killed_with_requests_in_flight() {
     let mut redis = Redis::start(&[]);
     let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 1000);

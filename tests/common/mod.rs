@@ -1241,6 +1241,61 @@ pub fn blocked_client_released(proxy: &Proxy, direct_to: impl Fn(&str) -> redis:
     );
 }
 
+/// AUTH and HELLO 3 AUTH as an ACL user, in front of any upstream: a wrong password is Redis's
+/// WRONGPASS and changes nothing; the right one makes every later command run as that user,
+/// whatever Redis holds its key, MEM.* included. `on_every(args)` runs a command on every Redis
+/// a key may live on (here: the user's creation).
+pub fn auth_and_hello_as_an_acl_user(proxy: &Proxy, on_every: impl Fn(&[&str])) {
+    let user = unique("acl");
+    on_every(&[
+        "ACL",
+        "SETUSER",
+        &user,
+        "on",
+        ">pw",
+        "~ro:*",
+        "+@read",
+        "+@connection",
+        "+acl|whoami",
+    ]);
+    let keys: Vec<String> = (0..8).map(|i| format!("ro:{}:{i}", unique("k"))).collect();
+    let whoami = |c: &mut Raw| {
+        c.cmd(&[b"ACL", b"WHOAMI"]);
+        c.read_str()
+    };
+    let mut c = proxy.raw();
+    c.cmd(&[b"AUTH", user.as_bytes(), b"wrong"]);
+    assert!(c.read_str().starts_with("-WRONGPASS"));
+    assert_eq!(whoami(&mut c), "$7\r\ndefault\r\n");
+    c.cmd(&[b"AUTH", user.as_bytes(), b"pw"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(whoami(&mut c), format!("${}\r\n{user}\r\n", user.len()));
+    for k in &keys {
+        c.cmd(&[b"SET", k.as_bytes(), b"1"]);
+        let r = c.read_str();
+        assert!(r.starts_with("-NOPERM"), "{k}: {r}");
+        c.cmd(&[b"GET", k.as_bytes()]);
+        assert_eq!(c.read_str(), "$-1\r\n");
+    }
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+
+    let mut h = proxy.raw();
+    h.cmd(&[b"HELLO", b"3", b"AUTH", user.as_bytes(), b"nope"]);
+    assert!(h.read_str().starts_with("-WRONGPASS"));
+    assert_eq!(whoami(&mut h), "$7\r\ndefault\r\n");
+    h.cmd(&[b"HELLO", b"3", b"AUTH", user.as_bytes(), b"pw"]);
+    assert!(h.read_str().starts_with('%'));
+    assert_eq!(whoami(&mut h), format!("${}\r\n{user}\r\n", user.len()));
+    for k in &keys {
+        h.cmd(&[b"SET", k.as_bytes(), b"1"]);
+        let r = h.read_str();
+        assert!(r.starts_with("-NOPERM"), "{k}: {r}");
+        h.cmd(&[b"GET", k.as_bytes()]);
+        assert_eq!(h.read_str(), "_\r\n", "RESP3's null");
+    }
+}
+
 /// `blocked_clients` of a Redis's INFO.
 pub fn blocked_clients(d: &mut redis::Connection) -> i64 {
     let info: String = redis::cmd("INFO").arg("clients").query(d).unwrap();
