@@ -810,6 +810,39 @@ fn a_users_slot_moves_while_memproxy_serves_them() {
     }
 }
 
+/// A master killed while requests of one pipeline wait: every one not answered yet gets the
+/// error line (those to other masters and the MEM.* after them too), then the client is closed,
+/// as in single mode (`passthrough::upstream_killed_with_requests_in_flight`).
+#[test]
+fn a_killed_master_answers_every_outstanding_request() {
+    let mut cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |c| c.op_timeout_ms = 1000);
+    let key = (0..200)
+        .map(|i| format!("{{killed-{i}}}"))
+        .find(|k| cluster.owner(k).port != cluster.nodes[0].port)
+        .unwrap();
+    let victim = cluster.owner(&key).port;
+    let mut c = proxy.raw();
+    // The client's first master is nodes[0] (PING), its BLPOP waits on another.
+    c.cmd(&[b"PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    let mut burst = encode(&[b"BLPOP", key.as_bytes(), b"0"]);
+    burst.extend(encode(&[b"PING"]));
+    burst.extend(encode(&[b"MEM.PING"]));
+    c.send(&burst);
+    let mut d = direct(cluster.owner(&key));
+    eventually("the client blocks", || blocked_clients(&mut d) >= 1);
+    let i = cluster.nodes.iter().position(|n| n.port == victim).unwrap();
+    let started = std::time::Instant::now();
+    cluster.nodes[i].kill();
+    for _ in 0..3 {
+        let r = c.read_str();
+        assert!(r.starts_with("-ERR upstream connection lost"), "{r}");
+    }
+    assert!(c.closed());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
 #[test]
 fn a_killed_master_is_followed_to_its_promoted_replica() {
     let mut cluster = ClusterNodes::start_with_replicas(3, 1);

@@ -12,8 +12,8 @@
 //!   [`MAX_REDIRECTS`] times; the client never sees either;
 //! - while a reply is awaited the client is still read: a client that leaves closes every
 //!   upstream connection at once (nothing stays blocked on any master);
-//! - a master that breaks answers an error to the request waiting on it, and the client is
-//!   closed, as when the single upstream breaks.
+//! - a master that breaks answers an error to every request of the batch not answered yet (none
+//!   under CLIENT REPLY OFF), and the client is closed, as when the single upstream breaks.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -158,6 +158,9 @@ struct Session {
     /// CLIENT REPLY: the masters always answer; the session passes on what the client asked for.
     replies: Replies,
     out: BytesMut,
+    /// Requests of the current batch answered so far (or silenced): the rest are owed an error
+    /// if a master breaks.
+    answered: usize,
     timeout: Duration,
 }
 
@@ -187,14 +190,16 @@ pub async fn serve(
         watched: None,
         replies: Replies::default(),
         out: BytesMut::new(),
+        answered: 0,
     };
     let tally = Tally::start(&engine);
     let end = s.run(shutdown).await;
-    if let End::UpstreamLost(lost, _) = &end {
-        // A master is only read or written while a request awaits it: the request is answered
-        // the error, as single mode answers every request outstanding.
+    if let End::UpstreamLost(lost, owed) = &end {
+        // Every request of the batch not answered yet gets the error, as in single mode.
         let _ = s.cluster.refresh().await;
-        s.error(&lost.line());
+        for _ in 0..*owed {
+            s.error(&lost.line());
+        }
         let _ = s.wr.write_all(&s.out).await;
     }
     let _ = s.wr.shutdown().await;
@@ -234,8 +239,21 @@ impl Session {
             }
             if end > 0 {
                 let bytes = self.cbuf.split_to(end).freeze();
-                if let Err(stop) = self.batch(bytes, reqs).await {
-                    return stop;
+                let n = reqs.len();
+                self.answered = 0;
+                match self.batch(bytes, reqs).await {
+                    Ok(()) => {}
+                    // Every request of the batch not answered yet is owed the error (none
+                    // under CLIENT REPLY OFF), as single mode answers every outstanding one.
+                    Err(End::UpstreamLost(lost, _)) => {
+                        let owed = if self.replies.is_off() {
+                            0
+                        } else {
+                            n.saturating_sub(self.answered)
+                        };
+                        return End::UpstreamLost(lost, owed);
+                    }
+                    Err(end) => return end,
                 }
                 if let Err(e) = self.flush().await {
                     return e;
@@ -289,7 +307,14 @@ impl Session {
         let mut run = std::mem::take(&mut self.run);
         let mut topo = self.cluster.topology();
         let mut view: Vec<&[u8]> = Vec::with_capacity(8);
+        // The run's length when the previous request's turn began: a request that did not join
+        // the run was answered where it was handled (one that joined is, when passed on).
+        let mut began: Option<usize> = None;
         for (raw, req) in &reqs {
+            if began.take().is_some_and(|n| run.reqs.len() <= n) {
+                self.answered += 1;
+            }
+            began = Some(run.reqs.len());
             let this = &bytes[raw.clone()];
             view.clear();
             view.extend((0..req.argc()).filter_map(|k| req.arg(this, k)));
@@ -399,6 +424,9 @@ impl Session {
             if silent {
                 self.out.truncate(mark);
             }
+        }
+        if began.is_some_and(|n| run.reqs.len() <= n) {
+            self.answered += 1;
         }
         self.plain_run(&bytes, &mut run).await?;
         self.run = run;
@@ -673,6 +701,7 @@ impl Session {
                 }
             }
         }
+        self.answered += 1;
         Ok(())
     }
 

@@ -55,6 +55,11 @@ impl Replies {
         mode != ReplyMode::Skip
     }
 
+    /// CLIENT REPLY OFF is in force (nothing is answered until ON).
+    pub fn is_off(&self) -> bool {
+        self.off
+    }
+
     /// The mode `CLIENT REPLY <arg>` asks for.
     pub fn parse(arg: &[u8]) -> Option<ReplyMode> {
         if arg.eq_ignore_ascii_case(b"on") {
