@@ -279,18 +279,21 @@ fn a_client_that_leaves_while_blocked_leaves_nothing_blocked() {
     eventually("no client stays blocked", || blocked(owner) == 0);
 }
 
-/// RANDOMKEY finds keys wherever they live, and a server knob (DEBUG SET-ACTIVE-EXPIRE, as
-/// CONFIG SET) holds on every master.
+/// RANDOMKEY finds keys wherever they live, and a server knob (DEBUG
+/// SET-ACTIVE-EXPIRE, as CONFIG SET) holds on every master.
 #[test]
 fn randomkey_and_server_knobs_cover_every_master() {
-    let s = setup();
+    // A cluster of its own: FLUSHALL and expiry tests beside it would move its keys.
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let s = Setup { cluster, proxy };
     let mut c = s.proxy.client();
     let u = unique("rk");
     let keys = spread(&u, 3);
     for k in &keys {
         let _: () = redis::cmd("SET").arg(k).arg(1).query(&mut c).unwrap();
     }
-    // Other tests' keys share the masters: every master's key is found over enough draws.
+    // Every master's key is found over enough draws.
     let mut masters_seen = std::collections::HashSet::new();
     for _ in 0..300 {
         let k: Option<String> = redis::cmd("RANDOMKEY").query(&mut c).unwrap();
@@ -344,9 +347,12 @@ fn randomkey_and_server_knobs_cover_every_master() {
 
 /// INFO through memproxy reads the cluster as one Redis: a client blocked on any master counts,
 /// and the keyspace line adds up every master's keys (as DBSIZE does); the rest is one master's.
+/// A cluster of its own: the shared one's counts move with the tests beside this one.
 #[test]
 fn info_adds_up_the_masters() {
-    let s = setup();
+    let cluster = ClusterNodes::start(3);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let s = Setup { cluster, proxy };
     let mut c = s.proxy.client();
     let field = |info: &str, name: &str| -> i64 {
         info.lines()
@@ -354,17 +360,21 @@ fn info_adds_up_the_masters() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(-1)
     };
+    let blocked_now = |c: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
+        field(&info, "blocked_clients")
+    };
     let u = unique("info");
     // Block a client on a key of every master in turn: INFO sees it wherever it waits.
     for k in spread(&u, 3) {
-        let before: String = redis::cmd("INFO").arg("clients").query(&mut c).unwrap();
+        assert_eq!(blocked_now(&mut c), 0);
         let mut raw = s.proxy.raw();
         raw.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
         eventually("INFO counts the blocked client", || {
-            let info: String = redis::cmd("INFO").arg("clients").query(&mut c).unwrap();
-            field(&info, "blocked_clients") > field(&before, "blocked_clients")
+            blocked_now(&mut c) == 1
         });
         drop(raw);
+        eventually("and no more once it left", || blocked_now(&mut c) == 0);
     }
     let keys = spread(&format!("{u}-k"), 30);
     for k in &keys {
@@ -382,8 +392,8 @@ fn info_adds_up_the_masters() {
         .iter()
         .map(|n| redis::cmd("DBSIZE").query::<i64>(&mut direct(n)).unwrap())
         .sum();
-    // Other tests write beside this one: the two reads are close, not equal.
-    assert!(db0 >= 30 && (db0 - sum).abs() < 200, "{db0} vs {sum}");
+    assert_eq!(db0, sum);
+    assert!(db0 >= 30, "{db0}");
     assert!(info.contains("redis_version:"), "the rest is one master's");
     assert_eq!(info.matches("# Server").count(), 1);
 }

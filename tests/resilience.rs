@@ -429,7 +429,7 @@ fn whole_pipeline_written_before_reading_is_served() {
 }
 
 /// A client that goes away while blocked takes its upstream connection with it at once: Redis
-/// counts no blocked client for it, and the next pushed element goes to a live consumer (the
+/// keeps no connection for it, and the next pushed element goes to a live consumer (the
 /// behaviour suite's part, run against a cluster too), and WAIT's client goes as well.
 #[test]
 fn vanished_blocked_clients_leave_nothing_behind() {
@@ -437,13 +437,13 @@ fn vanished_blocked_clients_leave_nothing_behind() {
     vanished_blocked_clients_leave_nothing(&s.proxy, |_| direct(&s.redis));
     // WAIT blocks too (for replicas that do not exist).
     let mut d = direct(&s.redis);
-    let before = blocked_clients(&mut d);
-    let mut c = s.proxy.raw();
+    let name = unique("wait");
+    let mut c = named_client(&s.proxy, &name);
     c.cmd(&[b"WAIT", b"1", b"0"]);
-    eventually("WAIT blocks", || blocked_clients(&mut d) > before);
+    eventually("WAIT blocks", || blocked_named(&mut d, &name));
     drop(c);
     eventually("WAIT's client is gone", || {
-        blocked_clients(&mut d) <= before
+        client_named(&mut d, &name).is_none()
     });
 }
 

@@ -1305,10 +1305,36 @@ pub fn blocked_clients(d: &mut redis::Connection) -> i64 {
         .expect("INFO clients has blocked_clients")
 }
 
+/// The connection named `name` on a Redis, as CLIENT LIST shows it (`None`: no such connection).
+pub fn client_named(d: &mut redis::Connection, name: &str) -> Option<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(d).unwrap();
+    let tag = format!(" name={name} ");
+    list.lines().find(|l| l.contains(&tag)).map(str::to_string)
+}
+
+/// The connection named `name` is blocked in a command (its flags have `b`).
+pub fn blocked_named(d: &mut redis::Connection, name: &str) -> bool {
+    client_named(d, name).is_some_and(|l| {
+        l.split(' ')
+            .find_map(|f| f.strip_prefix("flags="))
+            .is_some_and(|f| f.contains('b'))
+    })
+}
+
+/// A client of `proxy` named `name` (CLIENT SETNAME: Redis sees the name on every connection the
+/// proxy opens for it), so tests find its connection whatever else runs beside them.
+pub fn named_client(proxy: &Proxy, name: &str) -> Raw {
+    let mut c = proxy.raw();
+    c.cmd(&[b"CLIENT", b"SETNAME", name.as_bytes()]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c
+}
+
 /// A client that goes away while blocked (lists, sorted sets, streams, a consumer group) takes its
-/// upstream connection with it at once: Redis counts no blocked client for it, and the next
-/// pushed element goes to a live consumer. `direct_to(key)`: a connection to the Redis holding
-/// `key` (every key here shares one slot). Counts are relative: other tests block beside this.
+/// upstream connection with it at once: Redis keeps no connection for it, and the next pushed
+/// element goes to a live consumer. `direct_to(key)`: a connection to the Redis holding `key`
+/// (every key here shares one slot). Each client is found by its name, as other tests block
+/// beside this one.
 pub fn vanished_blocked_clients_leave_nothing(
     proxy: &Proxy,
     direct_to: impl Fn(&str) -> redis::Connection,
@@ -1351,25 +1377,28 @@ pub fn vanished_blocked_clients_leave_nothing(
         ],
     ];
     for cmd in blocking {
-        let before = blocked_clients(&mut d);
-        let mut c = proxy.raw();
+        let name = unique("blkc");
+        let mut c = named_client(proxy, &name);
         c.cmd(&cmd);
-        eventually("the client blocks", || blocked_clients(&mut d) > before);
+        eventually("the client blocks", || blocked_named(&mut d, &name));
         drop(c);
         eventually("its upstream connection is gone", || {
-            blocked_clients(&mut d) <= before
+            client_named(&mut d, &name).is_none()
         });
     }
     // Fairness: the dead consumer does not take the element.
-    let before = blocked_clients(&mut d);
-    let mut dead = proxy.raw();
+    let dead_name = unique("dead");
+    let mut dead = named_client(proxy, &dead_name);
     dead.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
-    eventually("blocked", || blocked_clients(&mut d) > before);
+    eventually("blocked", || blocked_named(&mut d, &dead_name));
     drop(dead);
-    eventually("the dead one is gone", || blocked_clients(&mut d) <= before);
-    let mut live = proxy.raw();
+    eventually("the dead one is gone", || {
+        client_named(&mut d, &dead_name).is_none()
+    });
+    let live_name = unique("live");
+    let mut live = named_client(proxy, &live_name);
     live.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
-    eventually("live blocks", || blocked_clients(&mut d) > before);
+    eventually("live blocks", || blocked_named(&mut d, &live_name));
     let _: i64 = redis::cmd("RPUSH").arg(&k).arg("v").query(&mut d).unwrap();
     assert!(live.read_str().contains("$1\r\nv\r\n"));
 }
