@@ -1629,11 +1629,7 @@ fn auth_and_hello_as_an_acl_user_on_every_master() {
     let s = setup();
     auth_and_hello_as_an_acl_user(&s.proxy, |args| {
         for n in &s.cluster.nodes {
-            let mut cmd = redis::cmd(args[0]);
-            args[1..].iter().for_each(|a| {
-                cmd.arg(*a);
-            });
-            let _: () = cmd.query(&mut direct(n)).unwrap();
+            q(&mut direct(n), args);
         }
     });
 }

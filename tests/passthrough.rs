@@ -191,11 +191,7 @@ fn auth_and_hello_auth_against_password_protected_upstream() {
 fn auth_and_hello_as_an_acl_user() {
     let s = shared();
     common::auth_and_hello_as_an_acl_user(&s.proxy, |args| {
-        let mut cmd = redis::cmd(args[0]);
-        args[1..].iter().for_each(|a| {
-            cmd.arg(*a);
-        });
-        let _: () = cmd.query(&mut direct(&s.redis)).unwrap();
+        q(&mut direct(&s.redis), args);
     });
 }
 

@@ -114,7 +114,8 @@ fn owned(view: &[&[u8]]) -> Cmd {
     view.iter().map(|a| a.to_vec()).collect()
 }
 
-/// A master broke while a request awaited it: the session ends (the request gets the error).
+/// A master broke while a request awaited it: the session ends. The count of requests owed the
+/// error (1 here) is set by [`Session::run`], which knows how much of the batch was answered.
 fn lost(node: &str, broken: Broken) -> End {
     End::UpstreamLost(Lost::at(node, broken), 1)
 }

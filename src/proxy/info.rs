@@ -61,14 +61,15 @@ fn text_of(frame: &[u8]) -> Option<(u8, &str)> {
     Some((kind, std::str::from_utf8(body).ok()?))
 }
 
-/// One master's reply: its sections (`# Name`, lowercased) and their `name:value` lines.
-type Sections<'a> = Vec<(String, Vec<(&'a str, &'a str)>)>;
+/// One master's reply: its sections (the `# Name` line as written; `""` before the first) and
+/// their `name:value` lines.
+type Sections<'a> = Vec<(&'a str, Vec<(&'a str, &'a str)>)>;
 
 fn sections(text: &str) -> Sections<'_> {
-    let mut out: Sections = vec![(String::new(), Vec::new())];
+    let mut out: Sections = vec![("", Vec::new())];
     for line in text.lines().map(str::trim_end) {
-        if let Some(h) = line.strip_prefix('#') {
-            out.push((h.trim().to_ascii_lowercase(), Vec::new()));
+        if line.starts_with('#') {
+            out.push((line, Vec::new()));
         } else if let Some((k, v)) = line.split_once(':') {
             out.last_mut().expect("one at least").1.push((k, v));
         }
@@ -127,7 +128,7 @@ pub fn merge(replies: &[&[u8]]) -> Option<Vec<u8>> {
         .collect();
     let values_of = |section: &str, name: &str| -> Vec<&str> {
         all.iter()
-            .flat_map(|m| m.iter().filter(|(s, _)| s == section))
+            .flat_map(|m| m.iter().filter(|(s, _)| s.eq_ignore_ascii_case(section)))
             .flat_map(|(_, lines)| lines.iter())
             .filter(|(k, _)| *k == name)
             .map(|(_, v)| *v)
@@ -139,13 +140,7 @@ pub fn merge(replies: &[&[u8]]) -> Option<Vec<u8>> {
             if i > 1 {
                 out.push_str("\r\n");
             }
-            // The header as the first master wrote it.
-            let header = first
-                .lines()
-                .filter(|l| l.starts_with('#'))
-                .nth(i - 1)
-                .unwrap_or("#");
-            out.push_str(header.trim_end());
+            out.push_str(section);
             out.push_str("\r\n");
         }
         for (name, value) in lines {
@@ -167,7 +162,7 @@ pub fn merge(replies: &[&[u8]]) -> Option<Vec<u8>> {
         // Lines of this section that only other masters have (a key space, a command).
         let mut extra: Vec<&str> = Vec::new();
         for m in &all[1..] {
-            for (_, ls) in m.iter().filter(|(s, _)| s == section) {
+            for (_, ls) in m.iter().filter(|(s, _)| s.eq_ignore_ascii_case(section)) {
                 for (name, _) in ls {
                     if summed_line(name)
                         && !lines.iter().any(|(k, _)| k == name)

@@ -31,9 +31,9 @@ pub enum Kind {
     Every(Merge),
     /// SCAN over every master in turn.
     Scan,
-    /// CONFIG SET / RESETSTAT: the client sees one Redis, so a setting it changes holds wherever
-    /// its keys live — every master (first error, else the first reply); inside a transaction,
-    /// queued like a plain request for the transaction's master.
+    /// CONFIG SET / RESETSTAT and DEBUG's server knobs: the client sees one Redis, so a setting
+    /// it changes holds wherever its keys live — every master (first error, else the first
+    /// reply); inside a transaction, queued like a plain request for the transaction's master.
     Config,
     /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the connection becomes a tunnel to one node.
     Tunnel,

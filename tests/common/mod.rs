@@ -1386,15 +1386,7 @@ pub fn vanished_blocked_clients_leave_nothing(
             client_named(&mut d, &name).is_none()
         });
     }
-    // Fairness: the dead consumer does not take the element.
-    let dead_name = unique("dead");
-    let mut dead = named_client(proxy, &dead_name);
-    dead.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
-    eventually("blocked", || blocked_named(&mut d, &dead_name));
-    drop(dead);
-    eventually("the dead one is gone", || {
-        client_named(&mut d, &dead_name).is_none()
-    });
+    // Fairness: the dead consumers of `k` above do not take the element.
     let live_name = unique("live");
     let mut live = named_client(proxy, &live_name);
     live.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
