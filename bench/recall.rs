@@ -36,6 +36,9 @@
 //! memproxy with the compact storage layout, and every question's top 5 by plain KNN is compared
 //! between the two layouts (texts in order, and distances), each difference listed.
 //!
+//! `RECALL_DUMP=<file>`: also write every question's raw candidates there, one JSON object a line
+//! (`RECALL_DUMP_ONLY=1`: and stop), to study the gate or the ranking outside the bench.
+//!
 //! usage: cargo build --release && scripts/bench-data.sh && cargo bench --bench recall
 //!        RECALL_MODEL=<model dir> for another model (every proxy gets `--model`)
 
@@ -53,8 +56,8 @@ use redis::Value;
 /// `(recall@3 + recall@5) / 2`, among the rules that answer at most MAX_UNRELATED of the tuning
 /// parts' unrelated questions (pooled) and return at most MAX_WRONG wrong hits per answered
 /// question at K 3 (the mean over the sets); within SIMPLER_WITHIN of the best, the rule with the
-/// fewest moving parts.
-const OBJECTIVE: &str = "mean over the sets of the tuning part's (recall@3 + recall@5) / 2, subject to: unrelated questions answered (pooled over the tuning parts) <= 2 %, and wrong hits per answered question at K 3 (mean over the sets) <= 1.0; within 0.005 of the best, the fewest moving parts. When no rule answers <= 2 % (the first run of this objective, 2026-12-06, found none: the gate's evidence does not separate), the unrelated bound is the previous default's own rate on the tuning parts in the same run (gate and per-hit cut-off 0.63, relative cut-off 0.16, keyword 0.05, recency 0.05): the default may find more, never answer more unrelated questions";
+/// fewest moving parts, then the fewest candidates (each costs the KNN and the ranking).
+const OBJECTIVE: &str = "mean over the sets of the tuning part's (recall@3 + recall@5) / 2, subject to: unrelated questions answered (pooled over the tuning parts) <= 2 %, and wrong hits per answered question at K 3 (mean over the sets) <= 1.0; within 0.005 of the best, the fewest moving parts, then the fewest candidates. When no rule answers <= 2 % (the first run of this objective, 2026-12-06, found none: the gate's evidence does not separate), the unrelated bound is the previous default's own rate on the tuning parts in the same run (gate and per-hit cut-off 0.63, relative cut-off 0.16, keyword 0.05, recency 0.05): the default may find more, never answer more unrelated questions";
 const MAX_UNRELATED: f64 = 0.02;
 const MAX_WRONG: f64 = 1.0;
 const SIMPLER_WITHIN: f64 = 0.005;
@@ -987,16 +990,53 @@ fn simulate_knn(s: &Set, raw: &[Raw], t: f64, part: Part) -> Metrics {
     m
 }
 
-/// The gate's AUC on one part: how often an answerable question's nearest memory is nearer than
-/// an unrelated question's (ties count half).
-fn auc(s: &Set, raw: &[Raw], part: Part) -> Option<f64> {
-    let nearest = |r: &Raw| r.cands.first().map_or(2.0, |h| h.distance);
+/// `RECALL_DUMP=file`: every question with its raw candidates (distance, thread, whether it is a
+/// right hit), one JSON object a line, for studying the gate and the ranking outside the bench
+/// (`RECALL_DUMP_ONLY=1`: stop there).
+fn dump(path: &std::ffi::OsStr, sets: &[Set], raw: &[Vec<Raw>]) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for (s, rs) in sets.iter().zip(raw) {
+        for (q, r) in s.questions.iter().zip(rs) {
+            let cands: Vec<serde_json::Value> = r
+                .cands
+                .iter()
+                .map(|h| {
+                    let label = s.labels.get(&h.id).cloned().unwrap_or_default();
+                    serde_json::json!({
+                        "distance": h.distance,
+                        "thread": h.thread,
+                        "created": h.created,
+                        "right": q.right.iter().any(|l| label.trim_end_matches('*') == l),
+                        "text": h.text,
+                    })
+                })
+                .collect();
+            let line = serde_json::json!({
+                "set": s.name,
+                "part": format!("{:?}", q.part),
+                "user": q.user,
+                "question": q.text,
+                "before": q.before,
+                "answerable": !q.right.is_empty(),
+                "cands": cands,
+            });
+            writeln!(out, "{line}").unwrap();
+        }
+    }
+    out.flush().unwrap();
+    eprintln!("raw candidates written to {}", path.to_string_lossy());
+}
+
+/// The gate's AUC on one part for one signal (higher: more likely answerable): how often an
+/// answerable question's signal is above an unrelated question's (ties count half).
+fn auc(s: &Set, raw: &[Raw], part: Part, signal: &dyn Fn(&Question, &Raw) -> f64) -> Option<f64> {
     let (mut pos, mut neg) = (Vec::new(), Vec::new());
     for (q, r) in s.questions.iter().zip(raw).filter(|(q, _)| q.part == part) {
         if q.right.is_empty() {
-            neg.push(nearest(r));
+            neg.push(signal(q, r));
         } else {
-            pos.push(nearest(r));
+            pos.push(signal(q, r));
         }
     }
     if pos.is_empty() || neg.is_empty() {
@@ -1005,7 +1045,7 @@ fn auc(s: &Set, raw: &[Raw], part: Part) -> Option<f64> {
     let mut wins = 0.0;
     for p in &pos {
         for n in &neg {
-            wins += if p < n {
+            wins += if p > n {
                 1.0
             } else if p == n {
                 0.5
@@ -1015,6 +1055,35 @@ fn auc(s: &Set, raw: &[Raw], part: Part) -> Option<f64> {
         }
     }
     Some(wins / (pos.len() * neg.len()) as f64)
+}
+
+/// Gate signals: the nearest memory's similarity (the gate), how far the nearest stands out from
+/// the next nine (a peaked neighbourhood), and the nearest's similarity plus 0.1 × the share of
+/// the question's words (stopwords aside) the three nearest hold.
+fn nearest_signal(_: &Question, r: &Raw) -> f64 {
+    -r.cands.first().map_or(2.0, |h| h.distance)
+}
+
+fn peak_signal(_: &Question, r: &Raw) -> f64 {
+    let d: Vec<f64> = r.cands.iter().take(10).map(|h| h.distance).collect();
+    match d.split_first() {
+        Some((first, rest)) if !rest.is_empty() => {
+            rest.iter().sum::<f64>() / rest.len() as f64 - first
+        }
+        _ => 0.0,
+    }
+}
+
+fn words_signal(q: &Question, r: &Raw) -> f64 {
+    let asked: HashSet<String> = rank::terms(&q.text).into_iter().collect();
+    let held: HashSet<String> = r
+        .cands
+        .iter()
+        .take(3)
+        .flat_map(|h| rank::terms(&h.text))
+        .collect();
+    let share = asked.intersection(&held).count() as f64 / asked.len().max(1) as f64;
+    nearest_signal(q, r) + 0.1 * share
 }
 
 /// `LAYOUT_COMPARE=1`: the same sets on a compact-layout Redis of its own (HASH, FLOAT16); every
@@ -1176,18 +1245,27 @@ fn main() {
         })
         .collect();
 
+    if let Some(path) = std::env::var_os("RECALL_DUMP") {
+        dump(&path, &sets, &raw);
+        if std::env::var_os("RECALL_DUMP_ONLY").is_some() {
+            return; // the servers stop as their guards drop
+        }
+    }
+
     // The gate's evidence alone.
     println!("\n## The gate: answerable against unrelated questions\n");
-    println!("AUC of the nearest memory's distance (1.0: every answerable question's nearest memory is nearer than every unrelated one's).\n");
-    println!("| set | tuning AUC | held-out AUC |");
-    println!("| --- | --- | --- |");
+    println!("AUC of the nearest memory's distance (1.0: every answerable question's nearest memory is nearer than every unrelated one's), beside two other signals the gate could read: the nearest's lead over the next nine (mean distance of the 2nd–10th minus the 1st), and the nearest's similarity plus 0.1 × the share of the question's words (stopwords aside) the three nearest hold.\n");
+    println!("| set | tuning AUC | held-out AUC | lead over the next nine, held out | with the question's words, held out |");
+    println!("| --- | --- | --- | --- | --- |");
     for (s, r) in sets.iter().zip(&raw) {
         let f = |a: Option<f64>| a.map_or("–".into(), |a| format!("{a:.3}"));
         println!(
-            "| {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             s.name,
-            f(auc(s, r, Part::Tuning)),
-            f(auc(s, r, Part::HeldOut))
+            f(auc(s, r, Part::Tuning, &nearest_signal)),
+            f(auc(s, r, Part::HeldOut, &nearest_signal)),
+            f(auc(s, r, Part::HeldOut, &peak_signal)),
+            f(auc(s, r, Part::HeldOut, &words_signal))
         );
     }
 
@@ -1215,7 +1293,8 @@ fn main() {
     };
     // Stage 1, the ranking: which K, in which order, with no gate and no cut-off (MODE rank).
     // Objective: the mean over the sets of the tuning part's (recall@1 + recall@3 + recall@5) / 3
-    // over answerable questions; within SIMPLER_WITHIN of the best, the fewest moving parts.
+    // over answerable questions; within SIMPLER_WITHIN of the best, the fewest moving parts, then
+    // the fewest candidates.
     let started = Instant::now();
     let ranked = |m: &[Metrics]| {
         m.iter()
@@ -1242,7 +1321,7 @@ fn main() {
     };
     let mut rankings: Vec<(Rule, f64)> = Vec::new();
     for &candidates in &counts {
-        for keyword in [0.0, 0.05, 0.1, 0.2, 0.3] {
+        for keyword in [0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5] {
             for time in [0.0, 0.05, 0.1, 0.2] {
                 for recency in [0.0, 0.02, 0.05] {
                     for diversity in [false, true] {
@@ -1267,7 +1346,12 @@ fn main() {
     let (ranking, ranking_v) = rankings
         .iter()
         .filter(|(_, v)| *v >= best_rank - SIMPLER_WITHIN)
-        .min_by(|a, b| a.0.parts().cmp(&b.0.parts()).then(b.1.total_cmp(&a.1)))
+        .min_by(|a, b| {
+            a.0.parts()
+                .cmp(&b.0.parts())
+                .then(a.0.candidates.cmp(&b.0.candidates))
+                .then(b.1.total_cmp(&a.1))
+        })
         .map(|(r, v)| (r.clone(), *v))
         .unwrap();
     println!(
@@ -1412,6 +1496,7 @@ fn main() {
         .min_by(|a, b| {
             a.0.parts()
                 .cmp(&b.0.parts())
+                .then(a.0.candidates.cmp(&b.0.candidates))
                 .then(b.1 .0.total_cmp(&a.1 .0))
         }) {
         None => {

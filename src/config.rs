@@ -666,7 +666,7 @@ impl Default for Config {
             recall_relative_cutoff: 0.20,
             recall_window_threshold: 0.45,
             recall_min_standout: 0.0,
-            recall_keyword_weight: 0.3,
+            recall_keyword_weight: 0.8,
             recall_time_weight: 0.0,
             recall_diversity: true,
             recall_recency_weight: 0.0,
