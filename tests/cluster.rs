@@ -279,6 +279,93 @@ fn a_client_that_leaves_while_blocked_leaves_nothing_blocked() {
     eventually("no client stays blocked", || blocked(owner) == 0);
 }
 
+/// CLIENT ID is one id across the masters, and CLIENT UNBLOCK from another client finds the
+/// client on whichever master it is blocked (not its first), as on one Redis.
+#[test]
+fn client_unblock_finds_a_client_blocked_on_any_master() {
+    let s = setup();
+    let u = unique("unblock");
+    let keys = spread(&u, 12);
+    let mut a = named_client(&s.proxy, &u);
+    // Every master touched; its first master is the first key's.
+    for k in &keys {
+        a.cmd(&[b"GET", k.as_bytes()]);
+        a.read();
+    }
+    a.cmd(&[b"CLIENT", b"ID"]);
+    let id_line = a.read();
+    let id = std::str::from_utf8(&id_line[1..])
+        .unwrap()
+        .trim()
+        .to_string();
+    let home = s.cluster.owner(&keys[0]).port;
+    let elsewhere: Vec<&String> = keys
+        .iter()
+        .filter(|k| s.cluster.owner(k).port != home)
+        .collect();
+    let mut b = s.proxy.client();
+    let b_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut b).unwrap();
+    assert_ne!(b_id.to_string(), id, "each client has its own id");
+
+    // Unblocked as by a timeout: BLPOP answers nil.
+    a.cmd(&[b"BLPOP", elsewhere[0].as_bytes(), b"0"]);
+    let owner = s.cluster.owner(elsewhere[0]);
+    eventually(
+        "the client blocks on a master that is not its first",
+        || blocked_named(&mut direct(owner), &u),
+    );
+    let n: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&id)
+        .query(&mut b)
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(a.read(), b"*-1\r\n");
+
+    // Unblocked with an error, on another master.
+    let other = elsewhere
+        .iter()
+        .find(|k| s.cluster.owner(k).port != owner.port)
+        .unwrap_or(&elsewhere[0]);
+    a.cmd(&[b"BRPOP", other.as_bytes(), b"0"]);
+    let owner = s.cluster.owner(other);
+    eventually("the client blocks again", || {
+        blocked_named(&mut direct(owner), &u)
+    });
+    let n: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&id)
+        .arg("ERROR")
+        .query(&mut b)
+        .unwrap();
+    assert_eq!(n, 1);
+    assert!(a.read().starts_with(b"-UNBLOCKED"));
+
+    // Not blocked, unknown, misspelt: as Redis answers.
+    let n: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&id)
+        .query(&mut b)
+        .unwrap();
+    assert_eq!(n, 0);
+    let n: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg("987654321")
+        .query(&mut b)
+        .unwrap();
+    assert_eq!(n, 0);
+    let e = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(&id)
+        .arg("NOW")
+        .query::<i64>(&mut b)
+        .unwrap_err();
+    assert!(e.to_string().contains("TIMEOUT or ERROR"), "{e}");
+    // The client goes on as before.
+    a.cmd(&[b"PING"]);
+    assert_eq!(a.read(), b"+PONG\r\n");
+}
+
 /// RANDOMKEY finds keys wherever they live, and a server knob (DEBUG
 /// SET-ACTIVE-EXPIRE, as CONFIG SET) holds on every master.
 #[test]
@@ -1622,6 +1709,12 @@ fn malformed_request_gets_redis_protocol_error_and_close() {
 fn vanished_blocked_clients_leave_nothing_behind() {
     let s = setup();
     vanished_blocked_clients_leave_nothing(&s.proxy, |key| direct(s.cluster.owner(key)));
+}
+
+#[test]
+fn replies_before_a_blocking_command_in_a_pipeline_arrive_first() {
+    let s = setup();
+    replies_before_a_blocking_command_arrive_first(&s.proxy, |key| direct(s.cluster.owner(key)));
 }
 
 #[test]

@@ -428,6 +428,14 @@ fn whole_pipeline_written_before_reading_is_served() {
     assert_eq!(got.iter().filter(|&&b| b == b'\n').count(), n);
 }
 
+/// Replies before a blocking command in one pipeline arrive before it blocks (the behaviour
+/// suite's part, run against a cluster too).
+#[test]
+fn replies_before_a_blocking_command_in_a_pipeline_arrive_first() {
+    let s = shared();
+    replies_before_a_blocking_command_arrive_first(&s.proxy, |_| direct(&s.redis));
+}
+
 /// A client that goes away while blocked takes its upstream connection with it at once: Redis
 /// keeps no connection for it, and the next pushed element goes to a live consumer (the
 /// behaviour suite's part, run against a cluster too), and WAIT's client goes as well.

@@ -23,6 +23,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
+use super::clients;
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
 use super::session::{End, Intake, Limits, Next, Tally};
 use super::state::{self, Change, Replies};
@@ -49,6 +50,8 @@ struct Node {
     stream: Stream,
     buf: BytesMut,
     scanner: Scanner,
+    /// This connection's `CLIENT ID` on its master, asked before its first blocking command.
+    id: Option<i64>,
 }
 
 /// The client's connections, by master (a handful: looked up by name, in order).
@@ -88,12 +91,14 @@ impl Nodes {
 
 /// Requests of one master each, waiting to go out together: where each one's bytes are in the
 /// batch, which master it goes to (or the error line that answers it), whether its reply is
-/// passed on.
+/// passed on, and whether it may block (the replies before it are then passed on before its
+/// own is awaited, as one Redis sends them).
 #[derive(Default)]
 struct Run {
     masters: Vec<String>,
     writes: Vec<Vec<u8>>,
     reqs: Vec<(Range<usize>, Result<usize, &'static str>, bool)>,
+    blocking: Vec<usize>,
 }
 
 impl Run {
@@ -106,6 +111,11 @@ impl Run {
             }
         });
         self.reqs.push((raw, dest, silent));
+    }
+
+    /// The request pushed last may block.
+    fn may_block(&mut self) {
+        self.blocking.push(self.reqs.len() - 1);
     }
 }
 
@@ -163,6 +173,10 @@ struct Session {
     /// if a master breaks.
     answered: usize,
     timeout: Duration,
+    /// memproxy's id for this client (`CLIENT ID`), and whether [`clients`] holds its ids on
+    /// the masters it blocked on.
+    id: u64,
+    registered: bool,
 }
 
 /// Serve one accepted client in cluster mode until it or a master goes away.
@@ -192,9 +206,14 @@ pub async fn serve(
         replies: Replies::default(),
         out: BytesMut::new(),
         answered: 0,
+        id: clients::next_id(),
+        registered: false,
     };
     let tally = Tally::start(&engine);
     let end = s.run(shutdown).await;
+    if s.registered {
+        clients::forget(s.id);
+    }
     if let End::UpstreamLost(lost, owed) = &end {
         // Every request of the batch not answered yet gets the error, as in single mode.
         let _ = s.cluster.refresh().await;
@@ -353,7 +372,24 @@ impl Session {
                     }
                     Target::Any => {
                         let home = self.home().await?;
+                        let blocks = clients::blocks(view[0]);
+                        if blocks {
+                            self.learn_id(&home).await?;
+                        }
                         run.push(raw.clone(), Ok(&home), silent);
+                        if blocks {
+                            run.may_block();
+                        }
+                        continue;
+                    }
+                    Target::Slot(s) if clients::blocks(view[0]) => {
+                        // Its id there first, for a CLIENT UNBLOCK from another client.
+                        let m = self.master_of(s).await;
+                        if let Some(m) = &m {
+                            self.learn_id(m).await?;
+                        }
+                        run.push(raw.clone(), m.as_deref().ok_or(CLUSTERDOWN), silent);
+                        run.may_block();
                         continue;
                     }
                     Target::Slot(s) => {
@@ -385,6 +421,10 @@ impl Session {
                 Kind::Plain | Kind::ClientReply | Kind::Unsubscribe | Kind::Tunnel => {
                     unreachable!("handled above")
                 }
+                Kind::ClientId => self
+                    .out
+                    .extend_from_slice(format!(":{}\r\n", self.id).as_bytes()),
+                Kind::ClientUnblock => self.unblock(args).await?,
                 Kind::State(_) => self.state_cmd(kind, args).await?,
                 Kind::Command => self.command(args).await?,
                 Kind::Reset => {
@@ -491,6 +531,7 @@ impl Session {
             stream,
             buf: BytesMut::new(),
             scanner: Scanner::default(),
+            id: None,
         };
         if !self.setup.is_empty() {
             let mut w = Vec::new();
@@ -653,12 +694,17 @@ impl Session {
             }
         }
         let reqs = std::mem::take(&mut run.reqs);
+        let blocking = std::mem::take(&mut run.blocking);
         // Replies in request order, passed on as they come (the client is written to once
         // `client_buffer_bytes` are waiting, so a client that does not read holds the rest in
         // Redis, not here). At the first redirection every later reply is read first, so that
         // the connections are idle when the redirected requests are sent again.
         let mut held: Vec<Result<BytesMut, &'static str>> = Vec::new();
-        for (raw, dest, silent) in &reqs {
+        for (i, (raw, dest, silent)) in reqs.iter().enumerate() {
+            if held.is_empty() && blocking.contains(&i) {
+                // What came before it reaches the client before it may block.
+                self.flush().await?;
+            }
             let reply = match dest {
                 Ok(m) => Ok(self.frame(&run.masters[*m]).await?),
                 Err(line) => Err(*line),
@@ -679,6 +725,8 @@ impl Session {
         }
         run.reqs = reqs;
         run.reqs.clear();
+        run.blocking = blocking;
+        run.blocking.clear();
         Ok(())
     }
 
@@ -782,6 +830,68 @@ impl Session {
         self.frame(node).await
     }
 
+    /// This client's `CLIENT ID` on `node`, asked once a connection (the connection is idle:
+    /// the run before was answered, this one not sent yet) and kept in [`clients`]. A master
+    /// that refuses it (an ACL without CLIENT) leaves the client unreachable by CLIENT UNBLOCK.
+    async fn learn_id(&mut self, node: &str) -> Result<(), End> {
+        self.open(node).await?;
+        if self.nodes.get_mut(node).is_some_and(|n| n.id.is_some()) {
+            return Ok(());
+        }
+        let f = self
+            .one_here(node, &[b"CLIENT".to_vec(), b"ID".to_vec()])
+            .await?;
+        let there = f
+            .strip_prefix(b":")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim_end().parse::<i64>().ok());
+        if let Some(there) = there {
+            if let Some(n) = self.nodes.get_mut(node) {
+                n.id = Some(there);
+            }
+            clients::record(self.id, node, there);
+            self.registered = true;
+        }
+        Ok(())
+    }
+
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: to each master the client `id` blocked on, under its
+    /// id there, until one unblocks it (`:1`); `:0` if none does. An id memproxy does not know
+    /// goes to the client's first master as 0 (no client has it), so that Redis still checks
+    /// the caller's permission and the reason's spelling.
+    async fn unblock(&mut self, mut args: Cmd) -> Result<(), End> {
+        let id: u64 = std::str::from_utf8(&args[2])
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut reply: Option<BytesMut> = None;
+        let masters = self.cluster.topology().masters.clone();
+        for (node, there) in clients::on_masters(id) {
+            if !masters.contains(&node) {
+                continue;
+            }
+            args[2] = there.to_string().into_bytes();
+            let f = self.one_here(&node, &args).await?;
+            let unblocked = f.as_ref() == b":1\r\n";
+            if unblocked || reply.is_none() || f.first() == Some(&b'-') {
+                reply = Some(f);
+            }
+            if unblocked {
+                break;
+            }
+        }
+        let f = match reply {
+            Some(f) => f,
+            None => {
+                args[2] = b"0".to_vec();
+                let home = self.home().await?;
+                self.one_here(&home, &args).await?
+            }
+        };
+        self.out.extend_from_slice(&f);
+        Ok(())
+    }
+
     /// MULTI, opened on the watching master or the client's first.
     async fn multi(&mut self, args: Cmd) -> Result<(), End> {
         let node = match &self.watched {
@@ -818,6 +928,10 @@ impl Session {
             Kind::ClientReply => Some(
                 "ERR CLIENT REPLY inside MULTI is not supported by memproxy in cluster mode".into(),
             ),
+            Kind::ClientId | Kind::ClientUnblock => Some(format!(
+                "ERR CLIENT {} inside MULTI is not supported by memproxy in cluster mode",
+                String::from_utf8_lossy(&args[1]).to_uppercase()
+            )),
             _ => None,
         };
         if let Some(line) = line {
@@ -1244,6 +1358,7 @@ impl Session {
         let node = node.to_string();
         self.open(&node).await?;
         let n = self.nodes.remove(&node).expect("opened");
+        let id = n.id;
         let mut link = Link::new(n.stream, n.buf, ReplyMode::On, self.timeout);
         link.node = Some(node.clone());
         link.asking = asking;
@@ -1264,6 +1379,7 @@ impl Session {
                     stream: link.stream,
                     buf: link.buf,
                     scanner: Scanner::default(),
+                    id,
                 },
             );
         } else if self.home.as_deref() == Some(node.as_str()) {

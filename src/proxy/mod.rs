@@ -7,6 +7,7 @@
 //!   MEM.* run on that connection in the request's reply slot;
 //! - [`cluster`]: a client's session with one connection per master it uses, requests routed by
 //!   [`route`];
+//! - [`clients`]: client ids in cluster mode (CLIENT ID, CLIENT UNBLOCK across masters);
 //! - [`info`]: INFO over a cluster's masters read as one Redis (counters and keyspaces summed);
 //! - [`route`]: the command table — how each command is classified and, in cluster mode, routed
 //!   (one master, split by slot, every master, or handled here);
@@ -17,6 +18,7 @@
 //!
 //! MEM.* go from both sessions to the same verb code ([`crate::mem`]).
 
+pub mod clients;
 pub mod cluster;
 pub mod info;
 pub mod route;

@@ -45,6 +45,12 @@ pub enum Kind {
     /// CLIENT REPLY ON|OFF|SKIP: kept by the session (which drops the replies it should not
     /// pass on); the masters always answer.
     ClientReply,
+    /// `CLIENT ID`: memproxy's own id for the client, one across the masters
+    /// ([`super::clients`]).
+    ClientId,
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]` (an integer id): to the master where that client is
+    /// blocked, under its id there.
+    ClientUnblock,
     /// Not available through memproxy in cluster mode (one error line).
     Refused(&'static str),
 }
@@ -114,6 +120,15 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
             Kind::State(Conn::Other)
         }
         "client" if eq(sub, "reply") => Kind::ClientReply,
+        "client" if eq(sub, "id") && args.len() == 2 => Kind::ClientId,
+        "client"
+            if eq(sub, "unblock")
+                && (3..=4).contains(&args.len())
+                && std::str::from_utf8(args[2].as_ref())
+                    .is_ok_and(|id| id.parse::<i64>().is_ok()) =>
+        {
+            Kind::ClientUnblock
+        }
         "client" if eq(sub, "tracking") => {
             Kind::Refused("ERR CLIENT TRACKING is not supported by memproxy in cluster mode")
         }
@@ -291,5 +306,14 @@ mod tests {
         assert_eq!(kind(&a(&["Del", "x"])), Kind::Split(Merge::Sum));
         assert_eq!(kind(&a(&["config", "SET", "x", "1"])), Kind::Config);
         assert_eq!(kind(&a(&["config", "get", "x"])), Kind::Plain);
+        assert_eq!(kind(&a(&["client", "id"])), Kind::ClientId);
+        assert_eq!(
+            kind(&a(&["CLIENT", "UNBLOCK", "12", "ERROR"])),
+            Kind::ClientUnblock
+        );
+        // Malformed: Redis's own error, from a master.
+        assert_eq!(kind(&a(&["client", "id", "x"])), Kind::Plain);
+        assert_eq!(kind(&a(&["client", "unblock", "x"])), Kind::Plain);
+        assert_eq!(kind(&a(&["client", "unblock"])), Kind::Plain);
     }
 }

@@ -1395,6 +1395,39 @@ pub fn vanished_blocked_clients_leave_nothing(
     assert!(live.read_str().contains("$1\r\nv\r\n"));
 }
 
+/// A pipeline whose last request blocks gets the replies before it at once (as Redis's "unblock
+/// fairness is kept while pipelining"): a client blocked first is served first, the pipelining
+/// client sees its LPUSH answered while its own BLPOP blocks, and that BLPOP is served next.
+pub fn replies_before_a_blocking_command_arrive_first(
+    proxy: &Proxy,
+    direct_to: impl Fn(&str) -> redis::Connection,
+) {
+    let k = format!("{{{}}}", unique("fair"));
+    let mut d = direct_to(&k);
+    let (first, second) = (unique("fair1"), unique("fair2"));
+    let mut a = named_client(proxy, &first);
+    a.cmd(&[b"BLPOP", k.as_bytes(), b"0"]);
+    eventually("the first client blocks", || blocked_named(&mut d, &first));
+    let mut b = named_client(proxy, &second);
+    let mut bytes = encode(&[b"LPUSH", k.as_bytes(), b"1"]);
+    bytes.extend(encode(&[b"BLPOP", k.as_bytes(), b"0"]));
+    b.send(&bytes);
+    assert!(
+        a.read_str().ends_with("$1\r\n1\r\n"),
+        "the first blocked is served first"
+    );
+    assert_eq!(
+        b.read_str(),
+        ":1\r\n",
+        "the LPUSH is answered before the BLPOP blocks"
+    );
+    eventually("the pipelining client blocks", || {
+        blocked_named(&mut d, &second)
+    });
+    let _: i64 = redis::cmd("LPUSH").arg(&k).arg("2").query(&mut d).unwrap();
+    assert!(b.read_str().ends_with("$1\r\n2\r\n"));
+}
+
 /// The metrics count the same things in front of any upstream: clients connected, MEM.*
 /// requests by verb and outcome (the side at fault), latency, nothing lost. A proxy of its own
 /// (with an HTTP listener) in front of `upstream_url`, so the counts are this test's.
