@@ -124,6 +124,9 @@ fn owned(view: &[&[u8]]) -> Cmd {
     view.iter().map(|a| a.to_vec()).collect()
 }
 
+/// How much room a read from a master has (at least a quarter of it).
+const READ_ROOM: usize = 16 * 1024;
+
 /// A master broke while a request awaited it: the session ends. The count of requests owed the
 /// error (1 here) is set by [`Session::run`], which knows how much of the batch was answered.
 fn lost(node: &str, broken: Broken) -> End {
@@ -652,6 +655,11 @@ impl Session {
                 Err(e) => return Err(lost(node, Broken::Unreadable(e.to_string()))),
             }
             let room = cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
+            if n.buf.capacity() - n.buf.len() < READ_ROOM / 4 {
+                // Read in large pieces: an empty BytesMut would be read 64 bytes at a time,
+                // and the room left after frames are split off shrinks to a few bytes.
+                n.buf.reserve(READ_ROOM);
+            }
             tokio::select! {
                 r = n.stream.read_buf(&mut n.buf) => match r {
                     Ok(0) => return Err(lost(node, Broken::Closed)),
