@@ -84,6 +84,15 @@ struct Question {
     before: f64,
 }
 
+impl Question {
+    /// A memory labelled `label` (a fact id, or a session id; `*` marks an evidence turn) is a
+    /// right answer.
+    fn answers_with(&self, label: &str) -> bool {
+        let label = label.trim_end_matches('*');
+        self.right.iter().any(|r| r == label)
+    }
+}
+
 /// One evaluation set: its questions, and the label of each memory id it wrote (a LongMemEval
 /// turn that holds the answer is labelled `<session>*`).
 struct Set {
@@ -738,8 +747,7 @@ impl Metrics {
             return;
         }
         self.questions += 1;
-        let right =
-            |(_, l): &(String, String)| q.right.iter().any(|r| l.trim_end_matches('*') == r);
+        let right = |(_, l): &(String, String)| q.answers_with(l);
         self.at1 += usize::from(k3.first().is_some_and(right));
         self.at3 += usize::from(k3.iter().any(right));
         self.at5 += usize::from(k5.iter().any(right));
@@ -1007,7 +1015,7 @@ fn dump(path: &std::ffi::OsStr, sets: &[Set], raw: &[Vec<Raw>]) {
                         "distance": h.distance,
                         "thread": h.thread,
                         "created": h.created,
-                        "right": q.right.iter().any(|l| label.trim_end_matches('*') == l),
+                        "right": q.answers_with(&label),
                         "text": h.text,
                     })
                 })

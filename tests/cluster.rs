@@ -314,12 +314,7 @@ fn client_unblock_finds_a_client_blocked_on_any_master() {
         "the client blocks on a master that is not its first",
         || blocked_named(&mut direct(owner), &u),
     );
-    let n: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(&id)
-        .query(&mut b)
-        .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(q(&mut b, &["CLIENT", "UNBLOCK", &id]), Value::Int(1));
     assert_eq!(a.read(), b"*-1\r\n");
 
     // Unblocked with an error, on another master.
@@ -332,35 +327,20 @@ fn client_unblock_finds_a_client_blocked_on_any_master() {
     eventually("the client blocks again", || {
         blocked_named(&mut direct(owner), &u)
     });
-    let n: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(&id)
-        .arg("ERROR")
-        .query(&mut b)
-        .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(
+        q(&mut b, &["CLIENT", "UNBLOCK", &id, "ERROR"]),
+        Value::Int(1)
+    );
     assert!(a.read().starts_with(b"-UNBLOCKED"));
 
     // Not blocked, unknown, misspelt: as Redis answers.
-    let n: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(&id)
-        .query(&mut b)
-        .unwrap();
-    assert_eq!(n, 0);
-    let n: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg("987654321")
-        .query(&mut b)
-        .unwrap();
-    assert_eq!(n, 0);
-    let e = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(&id)
-        .arg("NOW")
-        .query::<i64>(&mut b)
-        .unwrap_err();
-    assert!(e.to_string().contains("TIMEOUT or ERROR"), "{e}");
+    assert_eq!(q(&mut b, &["CLIENT", "UNBLOCK", &id]), Value::Int(0));
+    assert_eq!(
+        q(&mut b, &["CLIENT", "UNBLOCK", "987654321"]),
+        Value::Int(0)
+    );
+    let e = err(&mut b, &["CLIENT", "UNBLOCK", &id, "NOW"]);
+    assert!(e.contains("TIMEOUT or ERROR"), "{e}");
     // The client goes on as before.
     a.cmd(&[b"PING"]);
     assert_eq!(a.read(), b"+PONG\r\n");

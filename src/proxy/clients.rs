@@ -45,27 +45,6 @@ pub fn forget(id: u64) {
     table().remove(&id);
 }
 
-/// The commands that can block a client (the ones `CLIENT UNBLOCK` ends).
-pub fn blocks(name: &[u8]) -> bool {
-    const BLOCKING: &[&str] = &[
-        "blpop",
-        "brpop",
-        "brpoplpush",
-        "blmove",
-        "blmpop",
-        "bzpopmin",
-        "bzpopmax",
-        "bzmpop",
-        "xread",
-        "xreadgroup",
-        "wait",
-        "waitaof",
-    ];
-    BLOCKING
-        .iter()
-        .any(|b| name.eq_ignore_ascii_case(b.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,11 +62,5 @@ mod tests {
         assert!(on_masters(b).is_empty());
         forget(a);
         assert!(on_masters(a).is_empty());
-    }
-
-    #[test]
-    fn blocking_commands_are_known_in_any_case() {
-        assert!(blocks(b"BLPOP") && blocks(b"xReadGroup") && blocks(b"wait"));
-        assert!(!blocks(b"LPOP") && !blocks(b"GET") && !blocks(b""));
     }
 }

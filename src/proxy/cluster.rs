@@ -366,6 +366,8 @@ impl Session {
                     // The map as it is now (a redirection in the last run may have changed it).
                     topo = self.cluster.topology();
                 }
+                // Asked before its first blocking command on a master: the client's id there.
+                let blocks = route::blocks(view[0]);
                 // A split command whose keys share a slot is a plain request.
                 match route::target(&self.cluster, &view).await {
                     Target::Cross if kind != Kind::Plain => {}
@@ -375,7 +377,6 @@ impl Session {
                     }
                     Target::Any => {
                         let home = self.home().await?;
-                        let blocks = clients::blocks(view[0]);
                         if blocks {
                             self.learn_id(&home).await?;
                         }
@@ -385,8 +386,7 @@ impl Session {
                         }
                         continue;
                     }
-                    Target::Slot(s) if clients::blocks(view[0]) => {
-                        // Its id there first, for a CLIENT UNBLOCK from another client.
+                    Target::Slot(s) if blocks => {
                         let m = self.master_of(s).await;
                         if let Some(m) = &m {
                             self.learn_id(m).await?;

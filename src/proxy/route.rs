@@ -97,6 +97,29 @@ fn lower<'a>(name: &[u8], buf: &'a mut [u8; 32]) -> &'a str {
     std::str::from_utf8(out).unwrap_or("")
 }
 
+/// The commands that can block a client (the ones `CLIENT UNBLOCK` ends). Every request passes
+/// here in cluster mode: most are ruled out by their first letter.
+pub fn blocks(name: &[u8]) -> bool {
+    const BLOCKING: &[&str] = &[
+        "blpop",
+        "brpop",
+        "brpoplpush",
+        "blmove",
+        "blmpop",
+        "bzpopmin",
+        "bzpopmax",
+        "bzmpop",
+        "xread",
+        "xreadgroup",
+        "wait",
+        "waitaof",
+    ];
+    matches!(name.first(), Some(b'b' | b'B' | b'x' | b'X' | b'w' | b'W'))
+        && BLOCKING
+            .iter()
+            .any(|b| name.eq_ignore_ascii_case(b.as_bytes()))
+}
+
 /// What the session does with `args`.
 pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
     let name = args.first().map(A::as_ref).unwrap_or_default();
@@ -315,5 +338,11 @@ mod tests {
         assert_eq!(kind(&a(&["client", "id", "x"])), Kind::Plain);
         assert_eq!(kind(&a(&["client", "unblock", "x"])), Kind::Plain);
         assert_eq!(kind(&a(&["client", "unblock"])), Kind::Plain);
+    }
+
+    #[test]
+    fn blocking_commands_are_known_in_any_case() {
+        assert!(blocks(b"BLPOP") && blocks(b"xReadGroup") && blocks(b"wait"));
+        assert!(!blocks(b"LPOP") && !blocks(b"GET") && !blocks(b"") && !blocks(b"bitcount"));
     }
 }
