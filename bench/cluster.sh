@@ -7,12 +7,17 @@
 # Each cell about SECONDS_PER_CELL (default 2) long; only ratios within one run count.
 # COMPARE_BIN=/path/to/an/older/memproxy adds, beside each passthrough cell, the same load through
 # that binary (started on the same cluster), so a change is measured against its parent in one run.
-# Needs redis-benchmark and redis-cli (Debian redis-tools; installed if missing).
+# On 3 masters, twemproxy (Debian's nutcracker, one connection to each of 3 plain Redis, shared by
+# every client) runs the same passthrough load: a proxy that shares its upstream connections, as a
+# reference for what the extra hop costs on this machine whatever the proxy's connection design.
+# Needs redis-benchmark and redis-cli (Debian redis-tools) and nutcracker (Debian); installed if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_CELL="${SECONDS_PER_CELL:-2}"
 scripts/setup.sh
 command -v redis-benchmark >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-tools >/dev/null; }
+command -v nutcracker >/dev/null || apt-get install -y -qq nutcracker >/dev/null \
+  || { apt-get update -qq && apt-get install -y -qq nutcracker >/dev/null; }
 cargo build --release --locked >/dev/null
 DEPS="${MEMPROXY_DEPS:-$HOME/.cache/memproxy}"
 WORK=$(mktemp -d)
@@ -94,6 +99,23 @@ for n in 1 3; do
     PIDS+=($!)
     wait_ping "$old"
   fi
+  TWEM=
+  if [ "$n" = 3 ]; then
+    # The reference proxy: nutcracker over 3 plain Redis (no modules, no cluster), one
+    # connection to each, shared by all clients.
+    servers=""
+    for i in 1 2 3; do
+      p=$(port); mkdir -p "$WORK/plain$p"
+      "$DEPS/bin/redis-server" --port "$p" --bind 127.0.0.1 --dir "$WORK/plain$p" --save "" \
+        --appendonly no >/dev/null 2>&1 &
+      PIDS+=($!); wait_ping "$p"; servers="$servers   - 127.0.0.1:$p:1\n"
+    done
+    TWEM=$(port); TSTATS=$(port)
+    printf "bench:\n  listen: 127.0.0.1:%s\n  redis: true\n  hash: fnv1a_64\n  distribution: ketama\n  auto_eject_hosts: false\n  server_connections: 1\n  servers:\n$servers" "$TWEM" > "$WORK/nutcracker.yml"
+    nutcracker -c "$WORK/nutcracker.yml" -s "$TSTATS" -o /dev/null &
+    PIDS+=($!)
+    wait_ping "$TWEM"
+  fi
   for t in set get; do
     # One master serves every slot: plain redis-benchmark is the cluster client there (its
     # --cluster mode cannot read the empty host a lone node announces).
@@ -105,6 +127,10 @@ for n in 1 3; do
     if [ -n "${COMPARE_BIN:-}" ]; then
       read -r r p50 <<<"$(bench "$old" -t "$t" -r 100000 -c 50 -P 16)"
       echo "| $n | $t c 50 × P 16 | through COMPARE_BIN | $r | $p50 | $(python3 -c "print('%.2f' % (float('$r') / float('$base')))") |"
+    fi
+    if [ -n "${TWEM:-}" ]; then
+      read -r r p50 <<<"$(bench "$TWEM" -t "$t" -r 100000 -c 50 -P 16)"
+      echo "| $n | $t c 50 × P 16 | twemproxy over 3 plain Redis (shared connections) | $r | $p50 | $(python3 -c "print('%.2f' % (float('$r') / float('$base')))") |"
     fi
   done
   read -r r p50 <<<"$(bench_mem "$mp" MEM.REMEMBER "Note __rand_int__: the user's garden needs water on day __rand_int__" USER "u__rand_int__" NODEDUP)"
