@@ -1729,6 +1729,11 @@ fn mixed_pipeline_keeps_order() {
 }
 
 #[test]
+fn pipelined_mem_verbs_apply_in_order() {
+    common::pipelined_mem_verbs_apply_in_order(&setup().proxy);
+}
+
+#[test]
 fn transactions() {
     transactions_refuse_mem_verbs(&setup().proxy);
 }

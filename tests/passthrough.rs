@@ -21,6 +21,11 @@ fn mixed_pipeline_keeps_order() {
 }
 
 #[test]
+fn pipelined_mem_verbs_apply_in_order() {
+    common::pipelined_mem_verbs_apply_in_order(&shared().proxy);
+}
+
+#[test]
 fn transactions() {
     transactions_refuse_mem_verbs(&shared().proxy);
 }

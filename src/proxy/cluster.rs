@@ -333,7 +333,9 @@ impl Session {
         // The run's length when the previous request's turn began: a request that did not join
         // the run was answered where it was handled (one that joined is, when passed on).
         let mut began: Option<usize> = None;
-        for (raw, req) in &reqs {
+        // Requests after this index had their MEM.* texts handed to the model ahead of their turn.
+        let mut prefetched = 0;
+        for (i, (raw, req)) in reqs.iter().enumerate() {
             if began.take().is_some_and(|n| run.reqs.len() <= n) {
                 self.answered += 1;
             }
@@ -462,7 +464,16 @@ impl Session {
                 Kind::Every(merge) => self.every(args, merge).await?,
                 Kind::Config => self.every(args, Merge::First).await?,
                 Kind::Scan => self.scan(args).await?,
-                Kind::Mem => self.mem(args).await?,
+                Kind::Mem => {
+                    // As in single mode: once a MEM.* got past Redis's authentication and rights
+                    // checks, the MEM.* framed behind it are embedded ahead of their turn (the
+                    // model batches them while this one runs).
+                    if self.state.trusted && prefetched <= i {
+                        prefetched = reqs.len();
+                        self.prefetch(&bytes, &reqs[i + 1..]);
+                    }
+                    self.mem(args).await?
+                }
                 Kind::Refused(line) => self.error(line),
             }
             if silent {
@@ -475,6 +486,17 @@ impl Session {
         self.plain_run(&bytes, &mut run).await?;
         self.run = run;
         Ok(())
+    }
+
+    /// The texts of the MEM.* among `reqs` (ranges of `bytes`) to the model's cache.
+    fn prefetch(&self, bytes: &[u8], reqs: &[(Range<usize>, Request)]) {
+        for (raw, req) in reqs {
+            let this = &bytes[raw.clone()];
+            let name = req.arg(this, 0).unwrap_or_default();
+            if route::kind(&[name, req.arg(this, 1).unwrap_or_default()]) == Kind::Mem {
+                self.engine.prefetch(&req.owned_args(this));
+            }
+        }
     }
 
     /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.

@@ -1122,6 +1122,60 @@ pub fn mixed_pipeline_in_order(proxy: &Proxy) {
     assert_eq!(c.read_str(), "$2\r\nv1\r\n");
 }
 
+/// MEM.* writes and reads pipelined in one write (embedded ahead of their turn): each applied
+/// in request order, so a recall right after a remember in the pipeline finds it, and a bad
+/// request in the middle is answered in its place without disturbing the others.
+pub fn pipelined_mem_verbs_apply_in_order(proxy: &Proxy) {
+    let mut con = proxy.client();
+    let users: Vec<String> = (0..6).map(|i| unique(&format!("pipe{i}"))).collect();
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for (i, user) in users.iter().enumerate() {
+        let text = format!("Pipelined note {i}: the user keeps {i} cats named after rivers.");
+        pipe.cmd("MEM.REMEMBER").arg(&text).arg("USER").arg(user);
+        if i == 2 {
+            pipe.cmd("MEM.REMEMBER")
+                .arg("x")
+                .arg("USER")
+                .arg(user)
+                .arg("K");
+        }
+        pipe.cmd("MEM.RECALL").arg(&text).arg("USER").arg(user);
+        pipe.arg("MODE").arg("vector").arg("THRESHOLD").arg("2");
+    }
+    let replies: Vec<redis::Value> = pipe.query(&mut con).expect("pipeline");
+    assert_eq!(replies.len(), 13);
+    let mut at = 0;
+    for (i, _) in users.iter().enumerate() {
+        assert!(
+            !matches!(replies[at], redis::Value::ServerError(_)),
+            "remember {i}: {:?}",
+            replies[at]
+        );
+        at += 1;
+        if i == 2 {
+            assert!(
+                matches!(replies[at], redis::Value::ServerError(_)),
+                "the bad request answers an error in its place: {:?}",
+                replies[at]
+            );
+            at += 1;
+        }
+        let recall = format!("{:?}", replies[at]);
+        assert!(
+            recall.contains(&format!("Pipelined note {i}:")),
+            "recall {i} finds the memory remembered just before it: {recall}"
+        );
+        for j in (0..6).filter(|j| *j != i) {
+            assert!(
+                !recall.contains(&format!("Pipelined note {j}:")),
+                "{recall}"
+            );
+        }
+        at += 1;
+    }
+}
+
 /// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
 pub fn transactions_refuse_mem_verbs(proxy: &Proxy) {
     let p = proxy;
