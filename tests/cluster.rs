@@ -1708,6 +1708,16 @@ fn auth_and_hello_as_an_acl_user_on_every_master() {
 }
 
 #[test]
+fn a_refused_multi_opens_no_transaction() {
+    let s = setup();
+    common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {
+        for n in &s.cluster.nodes {
+            q(&mut direct(n), args);
+        }
+    });
+}
+
+#[test]
 fn per_client_bounds() {
     let s = setup();
     bounds_refuse_one_client(&Proxy::start(&s.cluster.nodes[0].url(), bounded));

@@ -226,6 +226,50 @@ fn upstream_killed_with_requests_in_flight() {
     assert!(late.closed());
 }
 
+/// The MEM.* at the front when Redis dies is answered too (it had been dropped: only the
+/// requests behind it got the error), then the client is closed.
+#[test]
+fn upstream_killed_during_a_mem_command() {
+    let mut redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 10_000);
+    let user = unique("killed-mem");
+    let mut c = proxy.raw();
+    c.cmd(&[
+        b"MEM.REMEMBER",
+        b"The user drinks tea.",
+        b"USER",
+        user.as_bytes(),
+    ]);
+    assert!(!c.read_str().starts_with('-'));
+    // Redis holds every command: the next MEM.REMEMBER waits on its script, PING behind it.
+    q(&mut direct(&redis), &["CLIENT", "PAUSE", "20000", "ALL"]);
+    let mut burst = encode(&[
+        b"MEM.REMEMBER",
+        b"The user drinks coffee.",
+        b"USER",
+        user.as_bytes(),
+    ]);
+    burst.extend(encode(&[b"PING"]));
+    c.send(&burst);
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    redis.kill();
+    for _ in 0..2 {
+        let r = c.read_str();
+        assert!(r.starts_with("-ERR upstream connection lost"), "{r}");
+    }
+    assert!(c.closed());
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_refused_multi_opens_no_transaction() {
+    let s = shared();
+    common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {
+        q(&mut direct(&s.redis), args);
+    });
+}
+
 #[test]
 fn max_clients() {
     let proxy = Proxy::start(&shared().redis.url(), |c| c.max_clients = 2);

@@ -180,6 +180,9 @@ struct Session {
     /// the masters it blocked on.
     id: u64,
     registered: bool,
+    /// Set when memproxy shuts down: nothing more is read from the client, what was read is
+    /// answered (as single mode drains).
+    shutdown: watch::Receiver<bool>,
 }
 
 /// Serve one accepted client in cluster mode until it or a master goes away.
@@ -211,9 +214,10 @@ pub async fn serve(
         answered: 0,
         id: clients::next_id(),
         registered: false,
+        shutdown,
     };
     let tally = Tally::start(&engine);
-    let end = s.run(shutdown).await;
+    let end = s.run().await;
     if s.registered {
         clients::forget(s.id);
     }
@@ -230,7 +234,7 @@ pub async fn serve(
 }
 
 impl Session {
-    async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn run(&mut self) -> End {
         loop {
             // Every complete request in the buffer, in order, each as the bytes the client sent.
             let mut reqs: Vec<(Range<usize>, Request)> = Vec::with_capacity(32);
@@ -288,7 +292,7 @@ impl Session {
                 None if end > 0 => continue,
                 None => {}
             }
-            if *shutdown.borrow() {
+            if *self.shutdown.borrow() {
                 // Every request read was answered: nothing is in flight.
                 return End::Drained;
             }
@@ -297,7 +301,7 @@ impl Session {
                     Ok(0) | Err(_) => return End::ClientGone,
                     Ok(_) => {}
                 },
-                _ = shutdown.changed() => {}
+                _ = self.shutdown.changed() => {}
             }
         }
     }
@@ -658,11 +662,15 @@ impl Session {
             cbuf,
             out,
             intake,
+            shutdown,
             ..
         } = self;
         let n = nodes
             .get_mut(node)
             .ok_or_else(|| lost(node, Broken::Closed))?;
+        // Once memproxy shuts down the client is no longer read (polled only while waiting).
+        let mut stopping = *shutdown.borrow();
+        let mut stop = std::pin::pin!(shutdown.changed());
         loop {
             match n.scanner.scan(&n.buf) {
                 Ok(Some((len, push))) => {
@@ -676,7 +684,7 @@ impl Session {
                 Ok(None) => {}
                 Err(e) => return Err(lost(node, Broken::Unreadable(e.to_string()))),
             }
-            let room = cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
+            let room = !stopping && cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
             if n.buf.capacity() - n.buf.len() < READ_ROOM / 4 {
                 // Read in large pieces: an empty BytesMut would be read 64 bytes at a time,
                 // and the room left after frames are split off shrinks to a few bytes.
@@ -692,6 +700,7 @@ impl Session {
                     Ok(0) | Err(_) => return Err(End::ClientGone),
                     Ok(_) => {}
                 },
+                _ = &mut stop, if !stopping => stopping = true,
             }
         }
     }

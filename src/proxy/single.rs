@@ -54,6 +54,9 @@ enum Track {
     Exec(i64),
     /// COMMAND …: the MEM.* entries are merged into Redis's reply.
     Command(CommandQuery),
+    /// The MULTI that opened transaction `n` (the reader's count): refused (NOAUTH, NOPERM),
+    /// the connection is not in a transaction after all.
+    Multi(u64),
 }
 
 /// One reply slot, in request order.
@@ -147,6 +150,8 @@ struct ReaderState {
     multi_select: Option<i64>,
     /// Inside MULTI: the reply mode a queued CLIENT REPLY will set at EXEC.
     multi_reply: Option<ReplyMode>,
+    /// MULTI, EXEC and DISCARD seen so far: which transaction a MULTI's reply is about.
+    multi_seq: u64,
 }
 
 /// Decide what slot a request takes, by the command table ([`route::kind`]). Returns `None`
@@ -181,10 +186,17 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
                 return st.replies.set(m).then_some(Slot::Plain(1));
             }
         }
-        Kind::Multi => st.in_multi = true,
+        // Assumed to open the transaction (the requests behind it are framed before its
+        // reply); corrected when Redis refuses it. A nested MULTI changes nothing.
+        Kind::Multi if !st.in_multi => {
+            st.in_multi = true;
+            st.multi_seq += 1;
+            track = Some(Track::Multi(st.multi_seq));
+        }
         Kind::Exec | Kind::Discard => {
             let exec = kind == Kind::Exec && st.in_multi;
             st.in_multi = false;
+            st.multi_seq += 1;
             let select = st.multi_select.take();
             if let Some(m) = st.multi_reply.take().filter(|_| exec) {
                 st.replies.set(m);
@@ -569,11 +581,16 @@ impl Session {
     fn local_done(&mut self, reply: Reply, link: Link) -> Result<(), Lost> {
         let (_, silent) = self.local.take().expect("local was running");
         self.slots.pop_front();
-        self.pending -= 1;
         self.out.extend_from_slice(&link.pushes);
         if let Some(lost) = link.broken {
+            // The command's own answer (the upstream's error) comes first, then every request
+            // behind it gets the same; it counts as outstanding when the upstream went.
+            if !silent {
+                reply.encode(self.state.protocol, &mut self.out);
+            }
             return Err(lost);
         }
+        self.pending -= 1;
         // Trusted (no PING probe, prefetching) only once Redis has let this connection in; a
         // MEM.* refused before reaching Redis (a syntax error) proves nothing.
         if let Some(trusted) = link.vouches() {
@@ -625,6 +642,16 @@ impl Session {
             Track::Exec(db) => {
                 if frame.starts_with(b"*") && !frame.starts_with(b"*-1") {
                     self.state.db = db;
+                }
+            }
+            Track::Multi(n) => {
+                if frame.starts_with(b"-") && self.reader.multi_seq == n {
+                    let replies = std::mem::take(&mut self.reader.replies);
+                    self.reader = ReaderState {
+                        replies,
+                        multi_seq: n,
+                        ..ReaderState::default()
+                    };
                 }
             }
             Track::Command(_) => {}

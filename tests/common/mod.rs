@@ -1004,8 +1004,13 @@ pub fn sigterm_finishes_in_flight_replies(upstream: &str) {
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
+    // Sent after the signal: not read, so not run (issue 37: the cluster session kept serving
+    // what a client sent while it drained).
+    std::thread::sleep(Duration::from_millis(100));
+    c.cmd(&[b"ECHO", b"sent-after-sigterm"]);
     assert_eq!(c.read_str(), "*-1\r\n");
     assert_eq!(c.read_str(), "+PONG\r\n");
+    assert!(c.closed(), "a request sent after SIGTERM was answered");
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(
@@ -1174,6 +1179,31 @@ pub fn pipelined_mem_verbs_apply_in_order(proxy: &Proxy) {
         }
         at += 1;
     }
+}
+
+/// A MULTI that Redis refuses (here NOPERM) opens no transaction: MEM.* still run, plain
+/// commands run at once, EXEC is Redis's "without MULTI" (single mode had assumed the
+/// transaction open until an EXEC or DISCARD).
+pub fn a_refused_multi_opens_no_transaction(proxy: &Proxy, on_every: impl Fn(&[&str])) {
+    let user = unique("nomulti");
+    on_every(&[
+        "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", "-multi",
+    ]);
+    let key = unique("nomulti-key");
+    let mut c = proxy.raw();
+    c.cmd(&[b"AUTH", user.as_bytes(), b"pw"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"MULTI"]);
+    let r = c.read_str();
+    assert!(r.starts_with("-NOPERM"), "{r}");
+    c.cmd(&[b"MEM.PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    c.cmd(&[b"SET", key.as_bytes(), b"v"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"EXEC"]);
+    assert_eq!(c.read_str(), "-ERR EXEC without MULTI\r\n");
+    c.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(c.read_str(), "$1\r\nv\r\n");
 }
 
 /// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
