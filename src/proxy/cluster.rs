@@ -169,6 +169,9 @@ struct Session {
     tx: Option<Tx>,
     /// The master a WATCH went to: the transaction must run there.
     watched: Option<String>,
+    /// The connection that held the WATCH was dropped (a MEM.* on it broke or timed out): the
+    /// keys are no longer watched, so the next EXEC fails as a touched key would make it fail.
+    watch_lost: bool,
     /// CLIENT REPLY: the masters always answer; the session passes on what the client asked for.
     replies: Replies,
     out: BytesMut,
@@ -209,6 +212,7 @@ pub async fn serve(
         state: ClientState::default(),
         tx: None,
         watched: None,
+        watch_lost: false,
         replies: Replies::default(),
         out: BytesMut::new(),
         answered: 0,
@@ -442,6 +446,7 @@ impl Session {
                     Change::Reset.apply(&f, &mut self.state);
                     self.tx = None;
                     self.watched = None;
+                    self.watch_lost = false;
                     if self.replies.reset(mode) {
                         // Answered under OFF too: RESET turns replies on before it answers.
                         continue;
@@ -457,7 +462,7 @@ impl Session {
                 Kind::Exec => self.exec(args).await?,
                 Kind::Discard => self.discard(args).await?,
                 Kind::Watch => self.watch(args).await?,
-                Kind::Unwatch => match self.watched.take() {
+                Kind::Unwatch => match self.watched.take().inspect(|_| self.watch_lost = false) {
                     Some(node) => {
                         let f = self.one(&node, &args).await?;
                         self.out.extend_from_slice(&f);
@@ -1067,9 +1072,19 @@ impl Session {
         };
         // EXEC and DISCARD end every WATCH.
         self.watched = None;
+        let watch_lost = std::mem::take(&mut self.watch_lost);
         if tx.failed {
             let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
             self.error("EXECABORT Transaction discarded because of previous errors.");
+            return Ok(());
+        }
+        if watch_lost {
+            // What Redis answers when a watched key was touched: the null array.
+            let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
+            self.out.extend_from_slice(match self.state.protocol {
+                Protocol::Resp3 => &b"_\r\n"[..],
+                _ => &b"*-1\r\n"[..],
+            });
             return Ok(());
         }
         let f = self.one_here(&tx.node, &args).await?;
@@ -1085,6 +1100,7 @@ impl Session {
             return Ok(());
         };
         self.watched = None;
+        self.watch_lost = false;
         let f = self.one_here(&tx.node, &args).await?;
         self.out.extend_from_slice(&f);
         Ok(())
@@ -1421,8 +1437,11 @@ impl Session {
                     id,
                 },
             );
-        } else if self.home.as_deref() == Some(node.as_str()) {
-            self.home = None;
+        } else {
+            self.watch_lost |= self.watched.as_deref() == Some(node.as_str());
+            if self.home.as_deref() == Some(node.as_str()) {
+                self.home = None;
+            }
         }
         Ok(reply)
     }
