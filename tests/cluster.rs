@@ -918,6 +918,12 @@ fn a_killed_master_answers_every_outstanding_request() {
     }
     assert!(c.closed());
     assert!(started.elapsed() < Duration::from_secs(5));
+    // A master that cannot be reached is worded as single mode words an upstream it cannot reach.
+    let mut late = proxy.raw();
+    late.cmd(&[b"GET", key.as_bytes()]);
+    let r = late.read_str();
+    assert!(r.starts_with("-ERR upstream unavailable: "), "{r}");
+    assert!(late.closed());
 }
 
 #[test]

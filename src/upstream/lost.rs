@@ -2,7 +2,8 @@
 //!
 //! Sessions and [`Link`](super::Link) report a broken connection as a [`Lost`] (which node, and
 //! what failed); nothing reads the words back. The client sees it rendered once, as
-//! `ERR upstream connection lost: <Lost>`.
+//! `ERR upstream connection lost: <Lost>`, or `ERR upstream unavailable: …` for a connection that
+//! was never made (the words single mode answers a client it cannot connect).
 
 /// What failed on the connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +56,14 @@ impl Lost {
 
     /// The line every request outstanding on the lost connection is answered.
     pub fn line(&self) -> String {
-        format!("ERR upstream connection lost: {self}")
+        match (&self.broken, &self.node) {
+            // The reason names the address it could not reach.
+            (Broken::Unavailable(why), _) => format!("ERR upstream unavailable: {why}"),
+            (Broken::NoMaster, _) => {
+                "ERR upstream unavailable: the cluster's slot map names no master".into()
+            }
+            _ => format!("ERR upstream connection lost: {self}"),
+        }
     }
 }
 
@@ -72,6 +80,19 @@ mod tests {
         assert_eq!(
             Lost::at("10.0.0.1:7000", Broken::Read("reset".into())).to_string(),
             "10.0.0.1:7000 read failed: reset"
+        );
+        // A connection never made is worded as single mode words it for a new client.
+        assert_eq!(
+            Lost::at(
+                "10.0.0.1:7000",
+                Broken::Unavailable("10.0.0.1:7000: refused".into())
+            )
+            .line(),
+            "ERR upstream unavailable: 10.0.0.1:7000: refused"
+        );
+        assert_eq!(
+            Lost::upstream(Broken::NoMaster).line(),
+            "ERR upstream unavailable: the cluster's slot map names no master"
         );
     }
 }
