@@ -906,13 +906,24 @@ fn a_killed_master_answers_every_outstanding_request() {
     let mut burst = encode(&[b"BLPOP", key.as_bytes(), b"0"]);
     burst.extend(encode(&[b"PING"]));
     burst.extend(encode(&[b"MEM.PING"]));
+    // Behind them: requests whose replies are off (owed nothing), CLIENT REPLY ON (answered) and
+    // an UNSUBSCRIBE of three channels (three replies): seven errors, as in single mode.
+    for r in [
+        &[&b"CLIENT"[..], b"REPLY", b"OFF"][..],
+        &[b"GET", key.as_bytes()],
+        &[b"MEM.PING"],
+        &[b"CLIENT", b"REPLY", b"ON"],
+        &[b"UNSUBSCRIBE", b"a", b"b", b"c"],
+    ] {
+        burst.extend(encode(r));
+    }
     c.send(&burst);
     let mut d = direct(cluster.owner(&key));
     eventually("the client blocks", || blocked_clients(&mut d) >= 1);
     let i = cluster.nodes.iter().position(|n| n.port == victim).unwrap();
     let started = std::time::Instant::now();
     cluster.nodes[i].kill();
-    for _ in 0..3 {
+    for _ in 0..7 {
         let r = c.read_str();
         assert!(r.starts_with("-ERR upstream connection lost"), "{r}");
     }

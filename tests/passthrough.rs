@@ -205,7 +205,9 @@ fn upstream_killed_with_requests_in_flight() {
     let mut redis = Redis::start(&[]);
     let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 1000);
     let mut blocked = proxy.raw();
-    blocked.send(b"BLPOP never-pushed 0\r\nPING\r\nMEM.PING\r\n");
+    // Behind it: requests whose replies are off (owed nothing), CLIENT REPLY ON (answered) and
+    // an UNSUBSCRIBE of three channels (three replies).
+    blocked.send(b"BLPOP never-pushed 0\r\nPING\r\nMEM.PING\r\nCLIENT REPLY OFF\r\nGET k\r\nMEM.PING\r\nCLIENT REPLY ON\r\nUNSUBSCRIBE a b c\r\n");
     let mut d = direct(&redis);
     eventually("client blocked", || {
         let info: String = redis::cmd("INFO").arg("clients").query(&mut d).unwrap();
@@ -213,7 +215,7 @@ fn upstream_killed_with_requests_in_flight() {
     });
     let start = Instant::now();
     redis.kill();
-    for _ in 0..3 {
+    for _ in 0..7 {
         let r = blocked.read_str();
         assert!(r.starts_with("-ERR upstream connection lost"), "{r}");
     }

@@ -237,6 +237,50 @@ pub async fn serve(
     tally.end(&end);
 }
 
+/// The error lines owed when a master breaks while a batch is served: one for each request from
+/// `answered` on that Redis would have answered — none under CLIENT REPLY OFF or SKIP, one a
+/// channel for UNSUBSCRIBE (answered even under OFF), what single mode counts for its slots.
+/// `before`: the client's reply mode and whether a transaction was open when the batch began
+/// (the batch's CLIENT REPLY, MULTI, EXEC and RESET are replayed over it).
+fn owed(
+    before: (Replies, bool),
+    bytes: &[u8],
+    reqs: &[(Range<usize>, Request)],
+    answered: usize,
+) -> usize {
+    let (mut replies, mut tx) = before;
+    let mut owed = 0;
+    for (i, (raw, req)) in reqs.iter().enumerate() {
+        let this = &bytes[raw.clone()];
+        let args: Vec<&[u8]> = (0..req.argc()).filter_map(|k| req.arg(this, k)).collect();
+        let kind = route::kind(&args);
+        let lines = if kind == Kind::ClientReply && !tx {
+            match args.get(2).and_then(|a| Replies::parse(a)) {
+                Some(m) if args.len() == 3 => usize::from(replies.set(m)),
+                _ => usize::from(replies.take_mode() == ReplyMode::On),
+            }
+        } else {
+            let mode = replies.take_mode();
+            match kind {
+                Kind::Unsubscribe if !tx => args.len().saturating_sub(1).max(1),
+                Kind::Reset if !tx => usize::from(replies.reset(mode)),
+                _ => {
+                    match kind {
+                        Kind::Multi => tx = true,
+                        Kind::Exec | Kind::Discard => tx = false,
+                        _ => {}
+                    }
+                    usize::from(mode == ReplyMode::On)
+                }
+            }
+        };
+        if i >= answered {
+            owed += lines;
+        }
+    }
+    owed
+}
+
 impl Session {
     async fn run(&mut self) -> End {
         loop {
@@ -270,18 +314,14 @@ impl Session {
             }
             if end > 0 {
                 let bytes = self.cbuf.split_to(end).freeze();
-                let n = reqs.len();
+                let before = (self.replies, self.tx.is_some());
                 self.answered = 0;
-                match self.batch(bytes, reqs).await {
+                match self.batch(bytes.clone(), &reqs).await {
                     Ok(()) => {}
-                    // Every request of the batch not answered yet is owed the error (none
-                    // under CLIENT REPLY OFF), as single mode answers every outstanding one.
+                    // Every request of the batch not answered yet is owed the error, as many
+                    // as single mode answers outstanding requests.
                     Err(End::UpstreamLost(lost, _)) => {
-                        let owed = if self.replies.is_off() {
-                            0
-                        } else {
-                            n.saturating_sub(self.answered)
-                        };
+                        let owed = owed(before, &bytes, &reqs, self.answered);
                         return End::UpstreamLost(lost, owed);
                     }
                     Err(end) => return end,
@@ -333,7 +373,7 @@ impl Session {
 
     /// Serve a batch in order: runs of requests to one master each go out together, as the
     /// client's bytes.
-    async fn batch(&mut self, bytes: Bytes, reqs: Vec<(Range<usize>, Request)>) -> Result<(), End> {
+    async fn batch(&mut self, bytes: Bytes, reqs: &[(Range<usize>, Request)]) -> Result<(), End> {
         // Reused from batch to batch (its masters stay known, its buffers keep their room).
         let mut run = std::mem::take(&mut self.run);
         let mut topo = self.cluster.topology();
