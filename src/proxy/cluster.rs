@@ -1386,13 +1386,8 @@ impl Session {
                 .await
                 .map_err(|_| End::ClientGone)?;
         }
-        let (mut urd, mut uwr) = tokio::io::split(&mut n.stream);
-        let up = tokio::io::copy(&mut self.rd, &mut uwr);
-        let down = tokio::io::copy(&mut urd, &mut self.wr);
-        tokio::select! {
-            _ = up => {},
-            _ = down => {},
-        }
+        let mut client = tokio::io::join(&mut self.rd, &mut self.wr);
+        super::session::splice(&mut client, &mut n.stream, self.timeout).await;
         Err(End::Tunneled)
     }
 

@@ -1,10 +1,13 @@
 //! What every client session shares, whichever upstream it fronts (one Redis, a Sentinel's
 //! primary, a cluster's masters): the bounds on what a client may send and the framing of its
 //! bytes against them ([`Intake`]), why a session ends ([`End`]), and what is counted and logged
-//! about it ([`Tally`]). The command table is [`route`](super::route); how a request changes the
-//! connection's state is [`state`](super::state).
+//! about it ([`Tally`]), and the byte tunnel a session becomes ([`splice`]). The command table is
+//! [`route`](super::route); how a request changes the connection's state is [`state`](super::state).
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -197,4 +200,26 @@ mod tests {
         assert!(matches!(intake().next(b"*1\r\nx\r\n"), Next::Invalid(_)));
         assert!(matches!(intake().next(b"*0\r\n"), Next::Skip(4)));
     }
+}
+
+/// Bytes both ways between a client and an upstream connection (a subscribed client, MONITOR,
+/// a request Redis refuses as a protocol error) until either side is done. When the client's side
+/// ends first — it closed, or the upstream stopped reading after a protocol error and the
+/// client's bytes can no longer be written — the upstream is told (its write side shut) and what
+/// it still sends, its error line first, goes down for at most `linger`: Redis's own suite reads
+/// that line after its writes fail ("Protocol desync regression test").
+pub async fn splice<C, U>(client: &mut C, upstream: &mut U, linger: Duration)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut crd, mut cwr) = tokio::io::split(client);
+    let (mut urd, mut uwr) = tokio::io::split(upstream);
+    let mut down = std::pin::pin!(tokio::io::copy(&mut urd, &mut cwr));
+    tokio::select! {
+        _ = tokio::io::copy(&mut crd, &mut uwr) => {}
+        _ = &mut down => return,
+    }
+    let _ = uwr.shutdown().await;
+    let _ = tokio::time::timeout(linger, down).await;
 }

@@ -629,7 +629,7 @@ impl Session {
         if !self.cbuf.is_empty() && upstream.write_all(&self.cbuf).await.is_err() {
             return End::Tunneled;
         }
-        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut upstream).await;
+        super::session::splice(&mut self.client, &mut upstream, self.grace).await;
         End::Tunneled
     }
 

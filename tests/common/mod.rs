@@ -1037,6 +1037,21 @@ pub fn malformed_requests_are_refused_as_redis_does(proxy: &Proxy) {
         "{r}"
     );
     assert!(c.closed());
+    // Redis's suite ("Protocol desync regression test"): a client that keeps writing after the
+    // bytes Redis refuses still reads Redis's error once its writes fail (cluster mode dropped it
+    // when the master stopped reading and the client's side ended first).
+    for start in [&b"\x00"[..], b"*\x00", b"$\x00"] {
+        let mut c = proxy.raw();
+        c.send(start);
+        let payload = [b'A'; 1024];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.stream.get_mut().write_all(&payload).is_ok() {
+            assert!(Instant::now() < deadline, "the connection was never closed");
+        }
+        let mut line = String::new();
+        let _ = c.stream.read_line(&mut line);
+        assert!(line.contains("Protocol error"), "{start:?}: {line:?}");
+    }
 }
 
 // --- One behaviour suite: run from the same code against a single Redis (tests/passthrough.rs)
