@@ -168,6 +168,28 @@ impl Drop for Tally {
     }
 }
 
+/// Bytes both ways between a client and an upstream connection (a subscribed client, MONITOR,
+/// a request Redis refuses as a protocol error) until either side is done. When the client's side
+/// ends first — it closed, or the upstream stopped reading after a protocol error and the
+/// client's bytes can no longer be written — the upstream is told (its write side shut) and what
+/// it still sends, its error line first, goes down for at most `linger`: Redis's own suite reads
+/// that line after its writes fail ("Protocol desync regression test").
+pub async fn splice<C, U>(client: &mut C, upstream: &mut U, linger: Duration)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut crd, mut cwr) = tokio::io::split(client);
+    let (mut urd, mut uwr) = tokio::io::split(upstream);
+    let mut down = std::pin::pin!(tokio::io::copy(&mut urd, &mut cwr));
+    tokio::select! {
+        _ = tokio::io::copy(&mut crd, &mut uwr) => {}
+        _ = &mut down => return,
+    }
+    let _ = uwr.shutdown().await;
+    let _ = tokio::time::timeout(linger, down).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,26 +222,4 @@ mod tests {
         assert!(matches!(intake().next(b"*1\r\nx\r\n"), Next::Invalid(_)));
         assert!(matches!(intake().next(b"*0\r\n"), Next::Skip(4)));
     }
-}
-
-/// Bytes both ways between a client and an upstream connection (a subscribed client, MONITOR,
-/// a request Redis refuses as a protocol error) until either side is done. When the client's side
-/// ends first — it closed, or the upstream stopped reading after a protocol error and the
-/// client's bytes can no longer be written — the upstream is told (its write side shut) and what
-/// it still sends, its error line first, goes down for at most `linger`: Redis's own suite reads
-/// that line after its writes fail ("Protocol desync regression test").
-pub async fn splice<C, U>(client: &mut C, upstream: &mut U, linger: Duration)
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut crd, mut cwr) = tokio::io::split(client);
-    let (mut urd, mut uwr) = tokio::io::split(upstream);
-    let mut down = std::pin::pin!(tokio::io::copy(&mut urd, &mut cwr));
-    tokio::select! {
-        _ = tokio::io::copy(&mut crd, &mut uwr) => {}
-        _ = &mut down => return,
-    }
-    let _ = uwr.shutdown().await;
-    let _ = tokio::time::timeout(linger, down).await;
 }
