@@ -1762,6 +1762,16 @@ fn a_watch_lost_with_its_connection_fails_the_exec() {
 }
 
 #[test]
+fn client_reply_is_checked_by_redis() {
+    let s = setup();
+    common::client_reply_is_checked_by_redis(&s.proxy, |args| {
+        for n in &s.cluster.nodes {
+            q(&mut direct(n), args);
+        }
+    });
+}
+
+#[test]
 fn a_refused_multi_opens_no_transaction() {
     let s = setup();
     common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {

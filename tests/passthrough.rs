@@ -265,6 +265,14 @@ fn upstream_killed_during_a_mem_command() {
 }
 
 #[test]
+fn client_reply_is_checked_by_redis() {
+    let s = shared();
+    common::client_reply_is_checked_by_redis(&s.proxy, |args| {
+        q(&mut direct(&s.redis), args);
+    });
+}
+
+#[test]
 fn a_refused_multi_opens_no_transaction() {
     let s = shared();
     common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {

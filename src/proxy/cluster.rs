@@ -394,7 +394,7 @@ impl Session {
             let kind = route::kind(&view);
             if kind == Kind::ClientReply && self.tx.is_none() {
                 self.plain_run(&bytes, &mut run).await?;
-                self.client_reply(&view);
+                self.client_reply(&view).await?;
                 continue;
             }
             // CLIENT REPLY OFF / SKIP: the request runs, its reply is not passed on.
@@ -548,20 +548,33 @@ impl Session {
         }
     }
 
-    /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it.
-    fn client_reply(&mut self, args: &[&[u8]]) {
-        match args.get(2).and_then(|a| Replies::parse(a)) {
-            Some(m) if args.len() == 3 => {
+    /// CLIENT REPLY ON (answered `+OK`), OFF, SKIP (not answered), as Redis keeps it. Redis
+    /// checks it first on the client's first master (NOAUTH, NOPERM, a malformed form, in its
+    /// own words): a CLIENT REPLY ON there changes nothing (the masters always answer) and is
+    /// refused exactly when the client's request would be.
+    async fn client_reply(&mut self, args: &[&[u8]]) -> Result<(), End> {
+        let home = self.home().await?;
+        let asked = args.get(2).and_then(|a| Replies::parse(a));
+        let check: Cmd = match asked {
+            Some(_) if args.len() == 3 => {
+                vec![b"CLIENT".to_vec(), b"REPLY".to_vec(), b"ON".to_vec()]
+            }
+            _ => owned(args),
+        };
+        let f = self.one(&home, &check).await?;
+        match asked {
+            Some(m) if args.len() == 3 && f.first() != Some(&b'-') => {
                 if self.replies.set(m) {
                     self.out.extend_from_slice(b"+OK\r\n");
                 }
             }
             _ => {
                 if self.replies.take_mode() == ReplyMode::On {
-                    self.error("ERR syntax error");
+                    self.out.extend_from_slice(&f);
                 }
             }
         }
+        Ok(())
     }
 
     /// The master of `slot` (the map read again once if no master serves it).

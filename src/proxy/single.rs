@@ -87,7 +87,15 @@ enum Slot {
     Discard(usize),
     /// From here on the connection is a byte tunnel.
     Tunnel,
+    /// `CLIENT REPLY OFF|SKIP`, which Redis answers only when it refuses it (NOAUTH, NOPERM): a
+    /// `CLIENT REPLY ON` of the proxy's own goes just before it, and its answer says which.
+    /// Nothing behind it is framed until then (their replies depend on it).
+    Probe(ReplyMode),
 }
+
+/// The probe sent before a client's `CLIENT REPLY OFF|SKIP` (ON changes nothing when the client's
+/// replies are on, and is refused exactly when OFF and SKIP are).
+const PROBE: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
 
 /// Slots queued without a reply yet, beyond which the proxy stops reading from the client.
 const MAX_PENDING: usize = 100_000;
@@ -135,6 +143,7 @@ async fn session(mut client: Stream, engine: Arc<Engine>, shutdown: watch::Recei
         state: ClientState::default(),
         local: None,
         tunnel_requested: false,
+        resume: false,
         grace: Duration::from_millis(cfg.shutdown_grace_ms),
     }
     .run()
@@ -152,6 +161,8 @@ struct ReaderState {
     multi_reply: Option<ReplyMode>,
     /// MULTI, EXEC and DISCARD seen so far: which transaction a MULTI's reply is about.
     multi_seq: u64,
+    /// A [`Slot::Probe`] is queued: framing waits for its answer.
+    probing: bool,
 }
 
 /// Decide what slot a request takes, by the command table ([`route::kind`]). Returns `None`
@@ -183,6 +194,10 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
                     st.multi_reply = asked;
                 }
             } else if let Some(m) = asked {
+                if m != ReplyMode::On && !silent {
+                    st.probing = true;
+                    return Some(Slot::Probe(m));
+                }
                 return st.replies.set(m).then_some(Slot::Plain(1));
             }
         }
@@ -271,6 +286,8 @@ struct Session {
     local: Option<(LocalRun, bool)>,
     /// A tunnel-switching request was seen: client bytes now go upstream unparsed.
     tunnel_requested: bool,
+    /// A probe was answered: frame what the client sent meanwhile.
+    resume: bool,
     grace: Duration,
 }
 
@@ -292,6 +309,12 @@ impl Session {
             if let Err(lost) = self.serve_front() {
                 return self.upstream_lost(lost).await;
             }
+            if std::mem::take(&mut self.resume) {
+                if let Err(line) = self.take_requests() {
+                    return self.refuse(line).await;
+                }
+                continue;
+            }
             if matches!(self.slots.front(), Some(Slot::Tunnel)) && self.local.is_none() {
                 return self.tunnel().await;
             }
@@ -299,8 +322,10 @@ impl Session {
                 return End::Drained;
             }
             let buffered = self.fwd.len() + self.held.iter().map(|h| h.len()).sum::<usize>();
-            let read_client =
-                !draining && self.slots.len() < MAX_PENDING && buffered < self.intake.limits.buffer;
+            let read_client = !draining
+                && !self.reader.probing
+                && self.slots.len() < MAX_PENDING
+                && buffered < self.intake.limits.buffer;
             let lent = self.upstream.is_none();
             let read_up = !lent && self.out.len() < self.intake.limits.buffer;
             let write_up = !lent && !self.fwd.is_empty();
@@ -398,6 +423,9 @@ impl Session {
     /// Frame what the client sent and queue slots; ordinary requests are queued for the upstream
     /// (now, or behind the MEM.* before them). `Err` is a protocol error line for the client.
     fn take_requests(&mut self) -> Result<(), String> {
+        if self.reader.probing {
+            return Ok(());
+        }
         if self.tunnel_requested {
             let bytes = self.cbuf.split();
             self.target().extend_from_slice(&bytes);
@@ -424,6 +452,13 @@ impl Session {
                             self.held.push_back(BytesMut::new());
                         }
                         Some(Slot::Ready(_)) => self.push_slot(slot.expect("matched")),
+                        Some(Slot::Probe(m)) => {
+                            let t = self.target();
+                            t.extend_from_slice(PROBE);
+                            t.extend_from_slice(&bytes);
+                            self.push_slot(Slot::Probe(m));
+                            return Ok(());
+                        }
                         Some(Slot::Tunnel) => {
                             let rest = self.cbuf.split();
                             let t = self.target();
@@ -512,6 +547,23 @@ impl Session {
                     }
                     self.track(track, &frame);
                     self.out.extend_from_slice(&frame);
+                }
+                Some(Slot::Probe(_)) => {
+                    let Some(len) = frame else { return Ok(()) };
+                    let refused = self.ubuf[0] == b'-';
+                    self.ubuf.advance(len);
+                    let Some(Slot::Probe(mode)) = self.slots.pop_front() else {
+                        unreachable!()
+                    };
+                    if refused {
+                        // The client's own CLIENT REPLY gets the same refusal, as its reply.
+                        self.slots.push_front(Slot::Plain(1));
+                    } else {
+                        self.pending -= 1;
+                        self.reader.replies.set(mode);
+                    }
+                    self.reader.probing = false;
+                    self.resume = true;
                 }
                 Some(Slot::Discard(n)) => {
                     let Some(len) = frame else { return Ok(()) };
@@ -650,6 +702,7 @@ impl Session {
                     self.reader = ReaderState {
                         replies,
                         multi_seq: n,
+                        probing: self.reader.probing,
                         ..ReaderState::default()
                     };
                 }
@@ -669,10 +722,18 @@ impl Session {
     /// The upstream is gone: every outstanding request gets an error, then the client is closed.
     /// (Nothing outstanding: QUIT, or Redis closing an idle client.)
     async fn upstream_lost(mut self, lost: Lost) -> End {
+        // Requests behind an unanswered CLIENT REPLY OFF|SKIP were not framed yet: they are
+        // counted as if it had taken effect (as cluster mode counts them).
+        if let Some(Slot::Probe(mode)) = self.slots.back() {
+            let mode = *mode;
+            self.reader.replies.set(mode);
+            self.reader.probing = false;
+            let _ = self.take_requests();
+        }
         let line = Reply::Error(lost.line());
         while let Some(slot) = self.slots.pop_front() {
             let n = match slot {
-                Slot::Local { silent: true, .. } | Slot::Discard(_) => 0,
+                Slot::Local { silent: true, .. } | Slot::Discard(_) | Slot::Probe(_) => 0,
                 Slot::Plain(n) | Slot::Unsubscribed(n) => n,
                 _ => 1,
             };

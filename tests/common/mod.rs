@@ -1221,6 +1221,58 @@ pub fn a_refused_multi_opens_no_transaction(proxy: &Proxy, on_every: impl Fn(&[&
     assert_eq!(c.read_str(), "$1\r\nv\r\n");
 }
 
+/// CLIENT REPLY is checked by Redis, in its words: a user without `client|reply` is refused
+/// OFF and SKIP (NOPERM, one reply) and its replies stay on — single mode expected no reply to
+/// them and hung the connection on the refusal, cluster mode applied them without asking.
+pub fn client_reply_is_checked_by_redis(proxy: &Proxy, on_every: impl Fn(&[&str])) {
+    let user = unique("noreply");
+    on_every(&[
+        "ACL",
+        "SETUSER",
+        &user,
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-client|reply",
+    ]);
+    let mut c = proxy.raw();
+    c.cmd(&[b"AUTH", user.as_bytes(), b"pw"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    for mode in [&b"OFF"[..], b"SKIP", b"ON"] {
+        let mut burst = encode(&[b"CLIENT", b"REPLY", mode]);
+        burst.extend(encode(&[b"ECHO", mode]));
+        burst.extend(encode(&[b"MEM.PING"]));
+        c.send(&burst);
+        let r = c.read_str();
+        assert!(r.starts_with("-NOPERM"), "{r}");
+        assert_eq!(
+            c.read(),
+            [
+                b"$",
+                mode.len().to_string().as_bytes(),
+                b"\r\n",
+                mode,
+                b"\r\n"
+            ]
+            .concat()
+        );
+        assert_eq!(c.read_str(), "+PONG\r\n");
+    }
+    c.cmd(&[b"CLIENT", b"REPLY"]);
+    let r = c.read_str();
+    assert!(r.starts_with("-ERR wrong number of arguments"), "{r}");
+    c.cmd(&[b"CLIENT", b"REPLY", b"maybe"]);
+    let r = c.read_str();
+    assert!(r.starts_with("-NOPERM"), "{r}");
+    let mut d = proxy.raw();
+    d.cmd(&[b"CLIENT", b"REPLY", b"maybe"]);
+    assert_eq!(d.read_str(), "-ERR syntax error\r\n");
+    d.cmd(&[b"PING"]);
+    assert_eq!(d.read_str(), "+PONG\r\n");
+}
+
 /// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
 pub fn transactions_refuse_mem_verbs(proxy: &Proxy) {
     let p = proxy;
