@@ -1772,6 +1772,22 @@ fn client_reply_is_checked_by_redis() {
 }
 
 #[test]
+fn commands_memproxy_cannot_follow_inside_multi() {
+    common::commands_memproxy_cannot_follow_inside_multi(&setup().proxy);
+}
+
+#[test]
+fn skip_is_spent_on_a_mem_answered_by_the_proxy() {
+    common::skip_is_spent_on_a_mem_answered_by_the_proxy(&setup().proxy);
+}
+
+#[test]
+fn random_pipelines_are_answered_as_redis_answers_them() {
+    // The reference is a plain Redis of its own (the keys of one pipeline share a slot).
+    common::answers_as_redis_does(&setup().proxy, &shared().redis, 2, 300);
+}
+
+#[test]
 fn a_refused_multi_opens_no_transaction() {
     let s = setup();
     common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {

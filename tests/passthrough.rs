@@ -273,6 +273,22 @@ fn client_reply_is_checked_by_redis() {
 }
 
 #[test]
+fn commands_memproxy_cannot_follow_inside_multi() {
+    common::commands_memproxy_cannot_follow_inside_multi(&shared().proxy);
+}
+
+#[test]
+fn skip_is_spent_on_a_mem_answered_by_the_proxy() {
+    common::skip_is_spent_on_a_mem_answered_by_the_proxy(&shared().proxy);
+}
+
+#[test]
+fn random_pipelines_are_answered_as_redis_answers_them() {
+    let s = shared();
+    common::answers_as_redis_does(&s.proxy, &s.redis, 1, 300);
+}
+
+#[test]
 fn a_refused_multi_opens_no_transaction() {
     let s = shared();
     common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {

@@ -1012,6 +1012,12 @@ impl Session {
     /// A command inside MULTI: checked for its slot, then queued by the transaction's master,
     /// which answers it.
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
+        // Refused as in single mode; the transaction goes on without them.
+        let arg2 = args.get(2).map_or(&[][..], |a| &a[..]);
+        if let Some(what) = state::refused_in_multi(kind, &args[0], arg2) {
+            self.error(&state::not_in_multi(&what));
+            return Ok(());
+        }
         let line = match kind {
             Kind::Mem => Some(state::mem_in_multi(&args[0])),
             // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
@@ -1022,9 +1028,6 @@ impl Session {
                 String::from_utf8_lossy(&args[0]).to_uppercase()
             )),
             Kind::Refused(l) => Some(l.to_string()),
-            Kind::ClientReply => Some(
-                "ERR CLIENT REPLY inside MULTI is not supported by memproxy in cluster mode".into(),
-            ),
             Kind::ClientId | Kind::ClientUnblock => Some(format!(
                 "ERR CLIENT {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[1]).to_uppercase()

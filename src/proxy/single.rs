@@ -75,6 +75,8 @@ enum Slot {
     },
     /// A reply known at parse time.
     Ready(Reply),
+    /// Answered by the proxy and silenced (CLIENT REPLY OFF/SKIP): not sent upstream, no slot.
+    Dropped,
     /// A change Redis makes without answering (RESET under CLIENT REPLY SKIP): applied once
     /// every earlier reply is in.
     Quiet(Change),
@@ -157,8 +159,6 @@ struct ReaderState {
     replies: Replies,
     /// Inside MULTI: the database a queued SELECT will switch to at EXEC.
     multi_select: Option<i64>,
-    /// Inside MULTI: the reply mode a queued CLIENT REPLY will set at EXEC.
-    multi_reply: Option<ReplyMode>,
     /// MULTI, EXEC and DISCARD seen so far: which transaction a MULTI's reply is about.
     multi_seq: u64,
     /// A [`Slot::Probe`] is queued: framing waits for its answer.
@@ -174,11 +174,25 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let mode = st.replies.take_mode();
     let silent = mode != ReplyMode::On;
     let mut track = None;
+    if st.in_multi {
+        if let Some(what) = state::refused_in_multi(kind, name, arg(2)) {
+            let r = Reply::Error(state::not_in_multi(&what));
+            return Some(if silent {
+                Slot::Dropped
+            } else {
+                Slot::Ready(r)
+            });
+        }
+    }
     match kind {
         Kind::Mem => {
             if st.in_multi {
                 let r = Reply::Error(state::mem_in_multi(name));
-                return (!silent).then_some(Slot::Ready(r));
+                return Some(if silent {
+                    Slot::Dropped
+                } else {
+                    Slot::Ready(r)
+                });
             }
             return Some(Slot::Local {
                 args: req.owned_args(buf),
@@ -186,14 +200,9 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
                 silent,
             });
         }
-        Kind::ClientReply if req.argc() == 3 => {
-            let asked = Replies::parse(arg(2));
-            if st.in_multi {
-                // Queued: takes effect when EXEC runs it.
-                if asked.is_some() {
-                    st.multi_reply = asked;
-                }
-            } else if let Some(m) = asked {
+        // Inside MULTI, ON is queued as any command (OFF and SKIP were refused above).
+        Kind::ClientReply if req.argc() == 3 && !st.in_multi => {
+            if let Some(m) = Replies::parse(arg(2)) {
                 if m != ReplyMode::On && !silent {
                     st.probing = true;
                     return Some(Slot::Probe(m));
@@ -213,9 +222,6 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
             st.in_multi = false;
             st.multi_seq += 1;
             let select = st.multi_select.take();
-            if let Some(m) = st.multi_reply.take().filter(|_| exec) {
-                st.replies.set(m);
-            }
             if exec {
                 track = select.map(Track::Exec);
             }
@@ -452,6 +458,7 @@ impl Session {
                             self.held.push_back(BytesMut::new());
                         }
                         Some(Slot::Ready(_)) => self.push_slot(slot.expect("matched")),
+                        Some(Slot::Dropped) => {}
                         Some(Slot::Probe(m)) => {
                             let t = self.target();
                             t.extend_from_slice(PROBE);
@@ -624,7 +631,8 @@ impl Session {
                     }
                     return Ok(());
                 }
-                Some(Slot::Tunnel) | None => return Ok(()),
+                // Never queued (Dropped is consumed by take_requests).
+                Some(Slot::Tunnel | Slot::Dropped) | None => return Ok(()),
             }
         }
     }
@@ -651,11 +659,13 @@ impl Session {
         if !silent {
             reply.encode(self.state.protocol, &mut self.out);
         }
-        self.fwd.extend_from_slice(link.restore());
+        let (restore, restore_owes) = link.restore();
+        self.fwd.extend_from_slice(restore);
         self.ubuf = link.buf;
         self.upstream = Some(link.stream);
-        if link.owed > 0 {
-            self.slots.push_front(Slot::Discard(link.owed));
+        if link.owed + restore_owes > 0 {
+            self.slots
+                .push_front(Slot::Discard(link.owed + restore_owes));
         }
         if let Some(held) = self.held.pop_front() {
             self.fwd.extend_from_slice(&held);

@@ -82,6 +82,33 @@ pub fn mem_in_multi(name: &[u8]) -> String {
     )
 }
 
+/// The error a request memproxy cannot follow inside MULTI answers, in both sessions (the
+/// transaction goes on without it): `CLIENT REPLY OFF|SKIP`, with which Redis itself cuts EXEC's
+/// reply short (ON is queued as any command), and the (un)subscribe commands, whose replies Redis sends beside EXEC's reply (the
+/// connection subscribed, or one frame a channel).
+pub fn not_in_multi(what: &str) -> String {
+    format!("ERR {what} inside MULTI is not supported by memproxy (the transaction is unaffected)")
+}
+
+/// Whether `kind` (the command `name`, its third argument `arg2`) is one [`not_in_multi`]
+/// refuses, and its name there.
+pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8]) -> Option<String> {
+    let subscribe = name.len() >= 9 && name[name.len() - 9..].eq_ignore_ascii_case(b"subscribe");
+    match kind {
+        Kind::ClientReply
+            if matches!(Replies::parse(arg2), Some(ReplyMode::Off | ReplyMode::Skip)) =>
+        {
+            Some(format!(
+                "CLIENT REPLY {}",
+                String::from_utf8_lossy(arg2).to_uppercase()
+            ))
+        }
+        Kind::Unsubscribe => Some(String::from_utf8_lossy(name).to_uppercase()),
+        Kind::Tunnel if subscribe => Some(String::from_utf8_lossy(name).to_uppercase()),
+        _ => None,
+    }
+}
+
 /// How a successful reply to a request changes the connection's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {

@@ -77,12 +77,15 @@ impl Link {
         }
     }
 
-    /// After the command: what to send upstream to restore the client's reply mode.
-    pub fn restore(&self) -> &'static [u8] {
-        if self.mode == ReplyMode::Off && self.turned_on {
-            REPLY_OFF
-        } else {
-            b""
+    /// After the command: what to send upstream to restore the client's reply mode, and how
+    /// many replies that owes. Under OFF, OFF again once the calls turned replies on. Under SKIP
+    /// with no call made (a MEM.* answered by the proxy alone), Redis still holds the SKIP for
+    /// the next command it gets: a CLIENT REPLY ON spends it (its `+OK` is owed).
+    pub fn restore(&self) -> (&'static [u8], usize) {
+        match self.mode {
+            ReplyMode::Off if self.turned_on => (REPLY_OFF, 0),
+            ReplyMode::Skip if !self.turned_on => (REPLY_ON, 1),
+            _ => (b"", 0),
         }
     }
 
