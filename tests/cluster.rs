@@ -25,6 +25,13 @@ fn setup() -> &'static Setup {
 }
 
 /// Keys `prefix:0 …` until every master holds at least one.
+/// Run one command straight on every master (an ACL user the tests create, for one).
+fn on_every_master(s: &Setup, args: &[&str]) {
+    for n in &s.cluster.nodes {
+        q(&mut direct(n), args);
+    }
+}
+
 fn spread(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}:{i}")).collect()
 }
@@ -1717,11 +1724,7 @@ fn replies_before_a_blocking_command_in_a_pipeline_arrive_first() {
 #[test]
 fn auth_and_hello_as_an_acl_user_on_every_master() {
     let s = setup();
-    auth_and_hello_as_an_acl_user(&s.proxy, |args| {
-        for n in &s.cluster.nodes {
-            q(&mut direct(n), args);
-        }
-    });
+    auth_and_hello_as_an_acl_user(&s.proxy, |args| on_every_master(s, args));
 }
 
 /// A MEM.* that times out on the master holding the client's WATCH costs that connection, and
@@ -1764,11 +1767,7 @@ fn a_watch_lost_with_its_connection_fails_the_exec() {
 #[test]
 fn client_reply_is_checked_by_redis() {
     let s = setup();
-    common::client_reply_is_checked_by_redis(&s.proxy, |args| {
-        for n in &s.cluster.nodes {
-            q(&mut direct(n), args);
-        }
-    });
+    common::client_reply_is_checked_by_redis(&s.proxy, |args| on_every_master(s, args));
 }
 
 #[test]
@@ -1790,11 +1789,7 @@ fn random_pipelines_are_answered_as_redis_answers_them() {
 #[test]
 fn a_refused_multi_opens_no_transaction() {
     let s = setup();
-    common::a_refused_multi_opens_no_transaction(&s.proxy, |args| {
-        for n in &s.cluster.nodes {
-            q(&mut direct(n), args);
-        }
-    });
+    common::a_refused_multi_opens_no_transaction(&s.proxy, |args| on_every_master(s, args));
 }
 
 #[test]

@@ -254,23 +254,25 @@ fn owed(
         let this = &bytes[raw.clone()];
         let args: Vec<&[u8]> = (0..req.argc()).filter_map(|k| req.arg(this, k)).collect();
         let kind = route::kind(&args);
-        let lines = if kind == Kind::ClientReply && !tx {
-            match args.get(2).and_then(|a| Replies::parse(a)) {
-                Some(m) if args.len() == 3 => usize::from(replies.set(m)),
-                _ => usize::from(replies.take_mode() == ReplyMode::On),
+        let parsed = args.get(2).and_then(|a| Replies::parse(a));
+        let lines = match kind {
+            Kind::ClientReply if !tx && args.len() == 3 && parsed.is_some() => {
+                usize::from(replies.set(parsed.expect("matched")))
             }
-        } else {
-            let mode = replies.take_mode();
-            match kind {
-                Kind::Unsubscribe if !tx => args.len().saturating_sub(1).max(1),
-                Kind::Reset if !tx => usize::from(replies.reset(mode)),
-                _ => {
-                    match kind {
-                        Kind::Multi => tx = true,
-                        Kind::Exec | Kind::Discard => tx = false,
-                        _ => {}
+            _ => {
+                let mode = replies.take_mode();
+                match kind {
+                    Kind::Unsubscribe if !tx => args.len().saturating_sub(1).max(1),
+                    Kind::Reset if !tx => usize::from(replies.reset(mode)),
+                    Kind::Multi => {
+                        tx = true;
+                        usize::from(mode == ReplyMode::On)
                     }
-                    usize::from(mode == ReplyMode::On)
+                    Kind::Exec | Kind::Discard => {
+                        tx = false;
+                        usize::from(mode == ReplyMode::On)
+                    }
+                    _ => usize::from(mode == ReplyMode::On),
                 }
             }
         };
@@ -1014,12 +1016,11 @@ impl Session {
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
         // Refused as in single mode; the transaction goes on without them.
         let arg2 = args.get(2).map_or(&[][..], |a| &a[..]);
-        if let Some(what) = state::refused_in_multi(kind, &args[0], arg2) {
-            self.error(&state::not_in_multi(&what));
+        if let Some(line) = state::refused_in_multi(kind, &args[0], arg2) {
+            self.error(&line);
             return Ok(());
         }
         let line = match kind {
-            Kind::Mem => Some(state::mem_in_multi(&args[0])),
             // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
             // there, as Redis does).
             Kind::Every(Merge::Info | Merge::Random) => None,
@@ -1035,11 +1036,8 @@ impl Session {
             _ => None,
         };
         if let Some(line) = line {
-            let mem = kind == Kind::Mem;
             self.error(&line);
-            if !mem {
-                self.tx.as_mut().expect("in MULTI").failed = true;
-            }
+            self.tx.as_mut().expect("in MULTI").failed = true;
             return Ok(());
         }
         let target = route::target(&self.cluster, &args).await;

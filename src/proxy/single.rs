@@ -175,25 +175,16 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let silent = mode != ReplyMode::On;
     let mut track = None;
     if st.in_multi {
-        if let Some(what) = state::refused_in_multi(kind, name, arg(2)) {
-            let r = Reply::Error(state::not_in_multi(&what));
+        if let Some(line) = state::refused_in_multi(kind, name, arg(2)) {
             return Some(if silent {
                 Slot::Dropped
             } else {
-                Slot::Ready(r)
+                Slot::Ready(Reply::Error(line))
             });
         }
     }
     match kind {
         Kind::Mem => {
-            if st.in_multi {
-                let r = Reply::Error(state::mem_in_multi(name));
-                return Some(if silent {
-                    Slot::Dropped
-                } else {
-                    Slot::Ready(r)
-                });
-            }
             return Some(Slot::Local {
                 args: req.owned_args(buf),
                 mode,

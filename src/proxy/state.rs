@@ -74,39 +74,33 @@ impl Replies {
     }
 }
 
-/// The error a MEM.* inside MULTI answers (the transaction goes on without it).
-pub fn mem_in_multi(name: &[u8]) -> String {
-    format!(
-        "ERR {} cannot run inside MULTI (the transaction is unaffected)",
-        String::from_utf8_lossy(name).to_uppercase()
-    )
-}
-
-/// The error a request memproxy cannot follow inside MULTI answers, in both sessions (the
-/// transaction goes on without it): `CLIENT REPLY OFF|SKIP`, with which Redis itself cuts EXEC's
-/// reply short (ON is queued as any command), and the (un)subscribe commands, whose replies Redis sends beside EXEC's reply (the
-/// connection subscribed, or one frame a channel).
-pub fn not_in_multi(what: &str) -> String {
-    format!("ERR {what} inside MULTI is not supported by memproxy (the transaction is unaffected)")
-}
-
-/// Whether `kind` (the command `name`, its third argument `arg2`) is one [`not_in_multi`]
-/// refuses, and its name there.
+/// The error line a request answers inside MULTI when memproxy does not queue it, in both
+/// sessions (the transaction goes on without it): a MEM.* (it runs only outside a transaction),
+/// `CLIENT REPLY OFF|SKIP` (with which Redis itself cuts EXEC's reply short; ON is queued as any
+/// command) and the (un)subscribe commands (whose replies Redis sends beside EXEC's reply: one
+/// frame a channel, and a SUBSCRIBE leaves the connection subscribed). `arg2`: the third argument.
 pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8]) -> Option<String> {
+    let upper = |b: &[u8]| String::from_utf8_lossy(b).to_uppercase();
     let subscribe = name.len() >= 9 && name[name.len() - 9..].eq_ignore_ascii_case(b"subscribe");
-    match kind {
+    let what = match kind {
+        Kind::Mem => {
+            return Some(format!(
+                "ERR {} cannot run inside MULTI (the transaction is unaffected)",
+                upper(name)
+            ))
+        }
         Kind::ClientReply
             if matches!(Replies::parse(arg2), Some(ReplyMode::Off | ReplyMode::Skip)) =>
         {
-            Some(format!(
-                "CLIENT REPLY {}",
-                String::from_utf8_lossy(arg2).to_uppercase()
-            ))
+            format!("CLIENT REPLY {}", upper(arg2))
         }
-        Kind::Unsubscribe => Some(String::from_utf8_lossy(name).to_uppercase()),
-        Kind::Tunnel if subscribe => Some(String::from_utf8_lossy(name).to_uppercase()),
-        _ => None,
-    }
+        Kind::Unsubscribe => upper(name),
+        Kind::Tunnel if subscribe => upper(name),
+        _ => return None,
+    };
+    Some(format!(
+        "ERR {what} inside MULTI is not supported by memproxy (the transaction is unaffected)"
+    ))
 }
 
 /// How a successful reply to a request changes the connection's state.
