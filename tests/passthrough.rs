@@ -273,6 +273,11 @@ fn client_reply_is_checked_by_redis() {
 }
 
 #[test]
+fn state_changed_inside_multi_follows_exec() {
+    common::state_changed_inside_multi_follows_exec(&shared().proxy);
+}
+
+#[test]
 fn commands_memproxy_cannot_follow_inside_multi() {
     common::commands_memproxy_cannot_follow_inside_multi(&shared().proxy);
 }

@@ -29,7 +29,7 @@ use super::session::{End, Intake, Limits, Next, Tally};
 use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
-use crate::resp::{is_unsubscribe_push, Protocol, Reply, Request, Scanner};
+use crate::resp::{elements, is_unsubscribe_push, Protocol, Reply, Request, Scanner};
 use crate::upstream::cluster::topology::Cluster;
 use crate::upstream::{encode, Broken, Cmd, Link, Lost, ReplyMode, Stream};
 
@@ -148,6 +148,11 @@ struct Tx {
     failed: bool,
     /// Bytes of `before_slot` (bounded by `max_request_bytes`).
     bytes: usize,
+    /// The commands the master queued so far, and the connection-state ones among them (HELLO,
+    /// AUTH, CLIENT SETNAME …) at their place in EXEC's reply: each that succeeds there is then
+    /// sent to the client's other connections, as outside a transaction.
+    queued: usize,
+    states: Vec<(usize, Kind, Cmd)>,
 }
 
 struct Session {
@@ -1005,6 +1010,8 @@ impl Session {
                 slot: None,
                 failed: false,
                 bytes: 0,
+                queued: 0,
+                states: Vec::new(),
             });
         }
         self.out.extend_from_slice(&f);
@@ -1016,7 +1023,7 @@ impl Session {
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
         // Refused as in single mode; the transaction goes on without them.
         let arg2 = args.get(2).map_or(&[][..], |a| &a[..]);
-        if let Some(line) = state::refused_in_multi(kind, &args[0], arg2) {
+        if let Some(line) = state::refused_in_multi(kind, &args[0], arg2, self.replies.is_off()) {
             self.error(&line);
             return Ok(());
         }
@@ -1090,8 +1097,14 @@ impl Session {
         }
         let node = self.tx.as_ref().expect("in MULTI").node.clone();
         let f = self.one_here(&node, &args).await?;
+        let tx = self.tx.as_mut().expect("in MULTI");
         if f.first() == Some(&b'-') {
-            self.tx.as_mut().expect("in MULTI").failed = true;
+            tx.failed = true;
+        } else {
+            if let Kind::State(_) = kind {
+                tx.states.push((tx.queued, kind, args));
+            }
+            tx.queued += 1;
         }
         self.out.extend_from_slice(&f);
         Ok(())
@@ -1143,6 +1156,29 @@ impl Session {
         }
         let f = self.one_here(&tx.node, &args).await?;
         self.out.extend_from_slice(&f);
+        if tx.states.is_empty() {
+            return Ok(());
+        }
+        // The connection changes EXEC ran on the transaction's master: the same on the others.
+        let ran = state::ran_in_exec(&f).unwrap_or_default();
+        let others: Vec<String> = self
+            .nodes
+            .keys()
+            .filter(|n| **n != tx.node)
+            .cloned()
+            .collect();
+        for (at, kind, args) in tx.states {
+            if ran.get(at) != Some(&true) {
+                continue;
+            }
+            if let Some(change) = Change::of(kind, &args) {
+                change.apply(b"+", &mut self.state);
+            }
+            for n in &others {
+                let _ = self.one(n, &args).await?;
+            }
+            self.setup.push(args);
+        }
         Ok(())
     }
 
@@ -1527,23 +1563,6 @@ fn bulk_of(f: &[u8]) -> Option<&[u8]> {
     let eol = f.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&f[1..eol]).ok()?.parse().ok()?;
     f.get(eol + 2..eol + 2 + len)
-}
-
-/// The elements of an array (or set) reply, each as its own complete frame.
-fn elements(f: &[u8]) -> Option<Vec<&[u8]>> {
-    if !matches!(f.first(), Some(b'*') | Some(b'~')) {
-        return None;
-    }
-    let eol = f.windows(2).position(|w| w == b"\r\n")?;
-    let count: i64 = std::str::from_utf8(&f[1..eol]).ok()?.parse().ok()?;
-    let mut pos = eol + 2;
-    let mut out = Vec::with_capacity(count.max(0) as usize);
-    for _ in 0..count.max(0) {
-        let (len, _) = crate::resp::scan_reply(&f[pos..]).ok()??;
-        out.push(&f[pos..pos + len]);
-        pos += len;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

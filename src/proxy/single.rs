@@ -37,7 +37,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use super::route::{self, Conn, Kind};
+use super::route::{self, Kind};
 use super::session::{End, Intake, Limits, Next, Tally};
 use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
@@ -50,8 +50,9 @@ use crate::upstream::{Broken, Link, Lost, ReplyMode, Stream};
 enum Track {
     /// HELLO, AUTH, SELECT, RESET: applied when Redis's reply is not an error.
     Change(Change),
-    /// EXEC of a transaction that queued a SELECT: on success (an array) that database.
-    Exec(i64),
+    /// EXEC of a transaction that queued SELECT, HELLO or AUTH: each applied by its element of
+    /// the reply ([`state::apply_exec`]).
+    Exec(Vec<(usize, Change)>),
     /// COMMAND …: the MEM.* entries are merged into Redis's reply.
     Command(CommandQuery),
     /// The MULTI that opened transaction `n` (the reader's count): refused (NOAUTH, NOPERM),
@@ -157,12 +158,49 @@ async fn session(mut client: Stream, engine: Arc<Engine>, shutdown: watch::Recei
 struct ReaderState {
     in_multi: bool,
     replies: Replies,
-    /// Inside MULTI: the database a queued SELECT will switch to at EXEC.
-    multi_select: Option<i64>,
+    /// Inside MULTI: the commands Redis queued so far, and the connection changes among them
+    /// (SELECT, HELLO, AUTH), each at its place in EXEC's reply.
+    multi_queued: usize,
+    multi_changes: Vec<(usize, Change)>,
     /// MULTI, EXEC and DISCARD seen so far: which transaction a MULTI's reply is about.
     multi_seq: u64,
     /// A [`Slot::Probe`] is queued: framing waits for its answer.
     probing: bool,
+    /// The MULTI that opened transaction `n` is not answered yet (Redis may refuse it).
+    multi_unanswered: Option<u64>,
+    /// Framing waits for that answer: the next request is read differently inside a
+    /// transaction (a MEM.*, CLIENT REPLY, SELECT, …), and Redis has not said yet whether there
+    /// is one.
+    multi_wait: bool,
+}
+
+impl ReaderState {
+    /// Framing waits for an answer from Redis (a probe's, or a MULTI's).
+    fn paused(&self) -> bool {
+        self.probing || self.multi_wait
+    }
+
+    /// Whether `kind` must wait for the open transaction's MULTI to be answered before it is
+    /// classified: inside a transaction memproxy answers it, or tracks it, differently. Plain
+    /// commands, EXEC and DISCARD are read alike either way (Redis queues or runs them).
+    fn waits_for_multi(&self, kind: Kind) -> bool {
+        self.in_multi
+            && self.multi_unanswered == Some(self.multi_seq)
+            && !matches!(
+                kind,
+                Kind::Plain
+                    | Kind::Split(_)
+                    | Kind::Every(_)
+                    | Kind::Scan
+                    | Kind::Config
+                    | Kind::Watch
+                    | Kind::Unwatch
+                    | Kind::Exec
+                    | Kind::Discard
+                    | Kind::ClientId
+                    | Kind::ClientUnblock
+            )
+    }
 }
 
 /// Decide what slot a request takes, by the command table ([`route::kind`]). Returns `None`
@@ -175,12 +213,21 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
     let silent = mode != ReplyMode::On;
     let mut track = None;
     if st.in_multi {
-        if let Some(line) = state::refused_in_multi(kind, name, arg(2)) {
+        if let Some(line) = state::refused_in_multi(kind, name, arg(2), st.replies.is_off()) {
             return Some(if silent {
                 Slot::Dropped
             } else {
                 Slot::Ready(Reply::Error(line))
             });
+        }
+        if state::queued_in_multi(kind, name) {
+            if let Kind::State(_) = kind {
+                let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
+                if let Some(change) = Change::of(kind, &args) {
+                    st.multi_changes.push((st.multi_queued, change));
+                }
+            }
+            st.multi_queued += 1;
         }
     }
     match kind {
@@ -206,21 +253,19 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
         Kind::Multi if !st.in_multi => {
             st.in_multi = true;
             st.multi_seq += 1;
+            if !silent {
+                st.multi_unanswered = Some(st.multi_seq);
+            }
             track = Some(Track::Multi(st.multi_seq));
         }
         Kind::Exec | Kind::Discard => {
             let exec = kind == Kind::Exec && st.in_multi;
             st.in_multi = false;
             st.multi_seq += 1;
-            let select = st.multi_select.take();
-            if exec {
-                track = select.map(Track::Exec);
-            }
-        }
-        Kind::State(Conn::Select) if st.in_multi => {
-            let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
-            if let Some(Change::Select(db)) = Change::of(kind, &args) {
-                st.multi_select = Some(db);
+            st.multi_queued = 0;
+            let changes = std::mem::take(&mut st.multi_changes);
+            if exec && !changes.is_empty() {
+                track = Some(Track::Exec(changes));
             }
         }
         Kind::Command if !st.in_multi => {
@@ -320,7 +365,7 @@ impl Session {
             }
             let buffered = self.fwd.len() + self.held.iter().map(|h| h.len()).sum::<usize>();
             let read_client = !draining
-                && !self.reader.probing
+                && !self.reader.paused()
                 && self.slots.len() < MAX_PENDING
                 && buffered < self.intake.limits.buffer;
             let lent = self.upstream.is_none();
@@ -420,7 +465,7 @@ impl Session {
     /// Frame what the client sent and queue slots; ordinary requests are queued for the upstream
     /// (now, or behind the MEM.* before them). `Err` is a protocol error line for the client.
     fn take_requests(&mut self) -> Result<(), String> {
-        if self.reader.probing {
+        if self.reader.paused() {
             return Ok(());
         }
         if self.tunnel_requested {
@@ -432,6 +477,14 @@ impl Session {
             match self.intake.next(&self.cbuf) {
                 Next::Request(req) => {
                     let len = req.len;
+                    if self.reader.in_multi {
+                        let name = req.arg(&self.cbuf, 0).unwrap_or_default();
+                        let arg1 = req.arg(&self.cbuf, 1).unwrap_or_default();
+                        if self.reader.waits_for_multi(route::kind(&[name, arg1])) {
+                            self.reader.multi_wait = true;
+                            return Ok(());
+                        }
+                    }
                     let slot = classify(&req, &self.cbuf, &mut self.reader);
                     let bytes = self.cbuf.split_to(len);
                     match slot {
@@ -691,21 +744,25 @@ impl Session {
             Track::Change(change) => {
                 change.apply(frame, &mut self.state);
             }
-            // An aborted or WATCH-failed EXEC answers an error or a null, not an array.
-            Track::Exec(db) => {
-                if frame.starts_with(b"*") && !frame.starts_with(b"*-1") {
-                    self.state.db = db;
-                }
+            Track::Exec(changes) => {
+                state::apply_exec(changes, frame, &mut self.state);
             }
             Track::Multi(n) => {
+                if self.reader.multi_unanswered == Some(n) {
+                    self.reader.multi_unanswered = None;
+                }
                 if frame.starts_with(b"-") && self.reader.multi_seq == n {
                     let replies = std::mem::take(&mut self.reader.replies);
                     self.reader = ReaderState {
                         replies,
                         multi_seq: n,
                         probing: self.reader.probing,
+                        multi_wait: self.reader.multi_wait,
                         ..ReaderState::default()
                     };
+                }
+                if std::mem::take(&mut self.reader.multi_wait) {
+                    self.resume = true;
                 }
             }
             Track::Command(_) => {}
@@ -725,10 +782,19 @@ impl Session {
     async fn upstream_lost(mut self, lost: Lost) -> End {
         // Requests behind an unanswered CLIENT REPLY OFF|SKIP were not framed yet: they are
         // counted as if it had taken effect (as cluster mode counts them).
+        // So are requests waiting for a MULTI's answer (as if it had opened the transaction).
+        let mut paused = false;
         if let Some(Slot::Probe(mode)) = self.slots.back() {
             let mode = *mode;
             self.reader.replies.set(mode);
             self.reader.probing = false;
+            paused = true;
+        }
+        if std::mem::take(&mut self.reader.multi_wait) {
+            self.reader.multi_unanswered = None;
+            paused = true;
+        }
+        if paused {
             let _ = self.take_requests();
         }
         let line = Reply::Error(lost.line());

@@ -78,8 +78,12 @@ impl Replies {
 /// sessions (the transaction goes on without it): a MEM.* (it runs only outside a transaction),
 /// `CLIENT REPLY OFF|SKIP` (with which Redis itself cuts EXEC's reply short; ON is queued as any
 /// command) and the (un)subscribe commands (whose replies Redis sends beside EXEC's reply: one
-/// frame a channel, and a SUBSCRIBE leaves the connection subscribed). `arg2`: the third argument.
-pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8]) -> Option<String> {
+/// frame a channel, and a SUBSCRIBE leaves the connection subscribed). `CLIENT REPLY ON` is queued
+/// as any command while replies are on (it changes nothing), and refused while they are off (EXEC
+/// would turn them on halfway through its own reply, which Redis then sends in part: no array
+/// header, the elements after it). `arg2`: the third argument; `replies_off`: CLIENT REPLY OFF is in
+/// force.
+pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8], replies_off: bool) -> Option<String> {
     let upper = |b: &[u8]| String::from_utf8_lossy(b).to_uppercase();
     let subscribe = name.len() >= 9 && name[name.len() - 9..].eq_ignore_ascii_case(b"subscribe");
     let what = match kind {
@@ -90,7 +94,8 @@ pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8]) -> Option<String> 
             ))
         }
         Kind::ClientReply
-            if matches!(Replies::parse(arg2), Some(ReplyMode::Off | ReplyMode::Skip)) =>
+            if matches!(Replies::parse(arg2), Some(ReplyMode::Off | ReplyMode::Skip))
+                || (replies_off && Replies::parse(arg2) == Some(ReplyMode::On)) =>
         {
             format!("CLIENT REPLY {}", upper(arg2))
         }
@@ -101,6 +106,38 @@ pub fn refused_in_multi(kind: Kind, name: &[u8], arg2: &[u8]) -> Option<String> 
     Some(format!(
         "ERR {what} inside MULTI is not supported by memproxy (the transaction is unaffected)"
     ))
+}
+
+/// Whether Redis queues a request of `kind` (named `name`) inside MULTI — it runs MULTI, WATCH,
+/// EXEC, DISCARD, RESET and QUIT at once — so that its reply is one element of EXEC's.
+pub fn queued_in_multi(kind: Kind, name: &[u8]) -> bool {
+    !matches!(
+        kind,
+        Kind::Multi | Kind::Watch | Kind::Exec | Kind::Discard | Kind::Reset
+    ) && !name.eq_ignore_ascii_case(b"quit")
+}
+
+/// Which of the commands EXEC ran succeeded, in order: `None` when the transaction did not run
+/// (EXECABORT, or a null for a touched WATCH).
+pub fn ran_in_exec(exec: &[u8]) -> Option<Vec<bool>> {
+    let elements = crate::resp::elements(exec)?;
+    Some(
+        elements
+            .iter()
+            .map(|e| !matches!(e.first(), Some(b'-') | Some(b'!')))
+            .collect(),
+    )
+}
+
+/// Apply the connection changes queued inside a transaction (each with its place among the
+/// queued commands) by EXEC's reply: each one whose element is not an error.
+pub fn apply_exec(changes: Vec<(usize, Change)>, exec: &[u8], state: &mut ClientState) {
+    let ran = ran_in_exec(exec).unwrap_or_default();
+    for (at, change) in changes {
+        if ran.get(at) == Some(&true) {
+            change.apply(b"+", state);
+        }
+    }
 }
 
 /// How a successful reply to a request changes the connection's state.

@@ -21,4 +21,4 @@ pub mod value;
 
 pub use reply::{Protocol, Reply};
 pub use request::{parse_request, Framer, Parsed, Request};
-pub use scan::{is_unsubscribe_push, scan_reply, ScanError, Scanner};
+pub use scan::{elements, is_unsubscribe_push, scan_reply, ScanError, Scanner};

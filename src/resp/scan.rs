@@ -105,6 +105,23 @@ fn count(header: &[u8]) -> Result<u64, ScanError> {
     u64::try_from(n).map_err(|_| ScanError(format!("negative map length {n}")))
 }
 
+/// The elements of an array (or set) reply, each as its own complete frame.
+pub fn elements(f: &[u8]) -> Option<Vec<&[u8]>> {
+    if !matches!(f.first(), Some(b'*') | Some(b'~')) {
+        return None;
+    }
+    let eol = f.windows(2).position(|w| w == b"\r\n")?;
+    let count: i64 = std::str::from_utf8(&f[1..eol]).ok()?.parse().ok()?;
+    let mut pos = eol + 2;
+    let mut out = Vec::with_capacity(count.max(0) as usize);
+    for _ in 0..count.max(0) {
+        let (len, _) = scan_reply(&f[pos..]).ok()??;
+        out.push(&f[pos..pos + len]);
+        pos += len;
+    }
+    Some(out)
+}
+
 /// A RESP3 push answering (P|S)UNSUBSCRIBE: `>3` whose first element names the command.
 pub fn is_unsubscribe_push(frame: &[u8]) -> bool {
     [

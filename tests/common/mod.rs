@@ -1219,6 +1219,26 @@ pub fn a_refused_multi_opens_no_transaction(proxy: &Proxy, on_every: impl Fn(&[&
     assert_eq!(c.read_str(), "-ERR EXEC without MULTI\r\n");
     c.cmd(&[b"GET", key.as_bytes()]);
     assert_eq!(c.read_str(), "$1\r\nv\r\n");
+    // The same in one write: what follows the MULTI is read as Redis reads it, outside a
+    // transaction (single mode classified it before the refusal came back).
+    let mut burst = encode(&[b"MULTI"]);
+    for args in [
+        &[&b"MEM.PING"[..]][..],
+        &[b"CLIENT", b"REPLY", b"SKIP"],
+        &[b"ECHO", b"skipped"],
+        &[b"ECHO", b"answered"],
+        &[b"MEM.PING"],
+        &[b"EXEC"],
+    ] {
+        burst.extend(encode(args));
+    }
+    c.send(&burst);
+    let r = c.read_str();
+    assert!(r.starts_with("-NOPERM"), "{r}");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(c.read_str(), "$8\r\nanswered\r\n");
+    assert_eq!(c.read_str(), "+PONG\r\n");
+    assert_eq!(c.read_str(), "-ERR EXEC without MULTI\r\n");
 }
 
 /// CLIENT REPLY is checked by Redis, in its words: a user without `client|reply` is refused
@@ -1320,6 +1340,24 @@ pub fn commands_memproxy_cannot_follow_inside_multi(proxy: &Proxy) {
     c.send(&burst);
     assert_eq!(c.read_str(), "+OK\r\n");
     assert_eq!(c.read_str(), "$1\r\nw\r\n");
+    // CLIENT REPLY ON queued while replies are off would turn them on halfway through EXEC's
+    // reply (Redis then sends its elements without the array's header): refused, silently;
+    // the transaction runs, and replies stay off until an ON outside it.
+    let mut burst = encode(&[b"CLIENT", b"REPLY", b"OFF"]);
+    for r in [
+        &[&b"MULTI"[..]][..],
+        &[b"CLIENT", b"REPLY", b"ON"],
+        &[b"SET", key.as_bytes(), b"x"],
+        &[b"EXEC"],
+        &[b"PING"],
+        &[b"CLIENT", b"REPLY", b"ON"],
+        &[b"GET", key.as_bytes()],
+    ] {
+        burst.extend(encode(r));
+    }
+    c.send(&burst);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert_eq!(c.read_str(), "$1\r\nx\r\n");
 }
 
 /// CLIENT REPLY SKIP before a MEM.* the proxy answers alone (a malformed one): the SKIP is spent
@@ -1505,6 +1543,62 @@ pub fn client_reply_silences(proxy: &Proxy) {
     c.cmd(&[b"MEM.INFO"]);
     let info = c.read_str();
     assert!(info.starts_with('*'), "{info}");
+}
+
+/// HELLO, AUTH and SELECT queued inside MULTI change the connection when EXEC runs them (Redis
+/// queues them): the proxy follows each by its element of EXEC's reply — MEM.* answer in the
+/// new protocol, and in cluster mode every master's connection speaks it (single mode kept
+/// RESP2 for MEM.*, cluster mode switched only the transaction's master). An aborted
+/// transaction, or an element that is an error, changes nothing.
+pub fn state_changed_inside_multi_follows_exec(proxy: &Proxy) {
+    let keys: Vec<String> = (0..8).map(|i| unique(&format!("txstate{i}"))).collect();
+    let mut c = proxy.raw();
+    for k in &keys {
+        c.cmd(&[b"HSET", k.as_bytes(), b"f", b"v"]);
+        assert_eq!(c.read_str(), ":1\r\n");
+    }
+    let mem_null = |c: &mut Raw| {
+        let thread = unique("none");
+        c.cmd(&[b"MEM.SESSION", b"GET", thread.as_bytes(), b"USER", b"u"]);
+        c.read_str()
+    };
+    let tx = |c: &mut Raw, inner: &[&[&[u8]]]| {
+        let mut burst = encode(&[b"MULTI"]);
+        for args in inner {
+            burst.extend(encode(args));
+        }
+        burst.extend(encode(&[b"EXEC"]));
+        c.send(&burst);
+        assert_eq!(c.read_str(), "+OK\r\n");
+        let queued: Vec<String> = inner.iter().map(|_| c.read_str()).collect();
+        (queued, c.read_str())
+    };
+    // Refused while queueing: EXECABORT, the protocol stays RESP2.
+    let (queued, exec) = tx(&mut c, &[&[b"HELLO", b"3"], &[b"NOSUCHCOMMAND"]]);
+    assert_eq!(queued[0], "+QUEUED\r\n");
+    assert!(queued[1].starts_with("-ERR unknown command"), "{queued:?}");
+    assert!(exec.starts_with("-EXECABORT"), "{exec}");
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    // An element that is an error changes nothing.
+    let (_, exec) = tx(&mut c, &[&[b"HELLO", b"3", b"SETNAME", b"a b"]]);
+    assert!(exec.starts_with("*1\r\n-ERR Client names"), "{exec}");
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    // HELLO 3 run by EXEC: RESP3 from then on, wherever the keys live.
+    let (_, exec) = tx(&mut c, &[&[b"HELLO", b"3"]]);
+    assert!(exec.starts_with("*1\r\n%"), "{exec}");
+    assert_eq!(mem_null(&mut c), "_\r\n");
+    for k in &keys {
+        c.cmd(&[b"HGETALL", k.as_bytes()]);
+        assert_eq!(c.read_str(), "%1\r\n$1\r\nf\r\n$1\r\nv\r\n", "{k}");
+    }
+    // And back.
+    let (_, exec) = tx(&mut c, &[&[b"PING"], &[b"HELLO", b"2"]]);
+    assert!(exec.starts_with("*2\r\n+PONG\r\n*"), "{exec}");
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    for k in &keys {
+        c.cmd(&[b"HGETALL", k.as_bytes()]);
+        assert_eq!(c.read_str(), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n", "{k}");
+    }
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
