@@ -407,8 +407,12 @@ impl Session {
             // CLIENT REPLY OFF / SKIP: the request runs, its reply is not passed on.
             let mode = self.replies.take_mode();
             let silent = mode != ReplyMode::On;
+            // RESET runs at once inside a transaction too (it discards it), as in Redis.
             if self.tx.is_some()
-                && !matches!(kind, Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch)
+                && !matches!(
+                    kind,
+                    Kind::Exec | Kind::Discard | Kind::Multi | Kind::Watch | Kind::Reset
+                )
             {
                 self.plain_run(&bytes, &mut run).await?;
                 let mark = self.out.len();
@@ -1031,7 +1035,7 @@ impl Session {
             // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
             // there, as Redis does).
             Kind::Every(Merge::Info | Merge::Random) => None,
-            Kind::Tunnel | Kind::Every(_) | Kind::Scan | Kind::Reset => Some(format!(
+            Kind::Tunnel | Kind::Every(_) | Kind::Scan => Some(format!(
                 "ERR {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[0]).to_uppercase()
             )),

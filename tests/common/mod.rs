@@ -1377,8 +1377,9 @@ pub fn skip_is_spent_on_a_mem_answered_by_the_proxy(proxy: &Proxy) {
 /// A differential run: `rounds` random pipelines of ordinary commands (transactions, WATCH,
 /// CLIENT REPLY, UNSUBSCRIBE outside subscribed mode, errors) each in one write, answered by
 /// `proxy` byte for byte as `reference` (a Redis reached directly) answers them. Left out: what
-/// memproxy refuses inside MULTI (above) and any CLIENT REPLY inside MULTI. It found the refused-MULTI, CLIENT REPLY,
-/// SKIP and UNSUBSCRIBE-in-MULTI differences fixed on 2026-12-07.
+/// memproxy refuses inside MULTI (above). It found the refused-MULTI, CLIENT REPLY,
+/// SKIP and UNSUBSCRIBE-in-MULTI differences fixed on 2026-12-07, and RESET inside a cluster
+/// transaction (refused, failing the transaction; Redis runs it at once).
 pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds: usize) {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move |n: usize| {
@@ -1414,22 +1415,32 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
         &["SELECT", "0"],
         &["EXISTS", "K:a", "K:n"],
         &["MGET", "K:a", "K:n"],
+        &["RESET"],
+        &["BLPOP", "K:l", "0.01"],
+        &["CLIENT", "SETNAME", "dfz"],
+        &["CLIENT", "GETNAME"],
+        &["PUBLISH", "K:ch", "m"],
     ];
     let reference = SocketAddr::from(([127, 0, 0, 1], reference.port));
     for round in 0..rounds {
         let mut cmds: Vec<&[&str]> = Vec::new();
-        let mut in_multi = false;
+        let (mut in_multi, mut off) = (false, false);
         for _ in 0..1 + next(14) {
             let c = pool[next(pool.len())];
-            // Refused inside MULTI (above), and CLIENT REPLY there at all: queued while replies
-            // are off, Redis answers part of EXEC's reply (not followed by memproxy: a known gap).
-            let refused = c[0] == "CLIENT" || c[0].ends_with("SUBSCRIBE");
+            // What memproxy refuses inside MULTI (above): the (un)subscribe commands, CLIENT
+            // REPLY but ON while replies are on.
+            let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
+            let refused =
+                (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on) || c[0].ends_with("SUBSCRIBE");
             if in_multi && refused {
                 continue;
             }
-            match c[0] {
-                "MULTI" => in_multi = true,
-                "EXEC" | "DISCARD" => in_multi = false,
+            match c {
+                ["MULTI"] => in_multi = true,
+                ["EXEC"] | ["DISCARD"] => in_multi = false,
+                ["CLIENT", "REPLY", "OFF"] => off = true,
+                ["CLIENT", "REPLY", "ON"] if !in_multi => off = false,
+                ["RESET"] => (in_multi, off) = (false, false),
                 _ => {}
             }
             cmds.push(c);
@@ -1460,7 +1471,8 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
                 got.extend(frame);
                 assert!(got.len() < 1 << 20, "{cmds:?}");
             }
-            outs.push(String::from_utf8_lossy(&got).into_owned());
+            // Keys in replies (BLPOP's) are the side's own: named alike.
+            outs.push(String::from_utf8_lossy(&got).replace(&key, "{dfz}"));
         }
         assert_eq!(outs[0], outs[1], "seed {seed} round {round}: {cmds:?}");
     }
@@ -1599,6 +1611,25 @@ pub fn state_changed_inside_multi_follows_exec(proxy: &Proxy) {
         c.cmd(&[b"HGETALL", k.as_bytes()]);
         assert_eq!(c.read_str(), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n", "{k}");
     }
+    // RESET inside MULTI runs at once, as Redis runs it: the transaction is gone, RESP2 again
+    // (cluster mode refused it and failed the transaction).
+    tx(&mut c, &[&[b"HELLO", b"3"]]);
+    let mut burst = encode(&[b"MULTI"]);
+    burst.extend(encode(&[b"SET", keys[0].as_bytes(), b"w"]));
+    burst.extend(encode(&[b"RESET"]));
+    burst.extend(encode(&[b"EXEC"]));
+    c.send(&burst);
+    for want in [
+        "+OK\r\n",
+        "+QUEUED\r\n",
+        "+RESET\r\n",
+        "-ERR EXEC without MULTI\r\n",
+    ] {
+        assert_eq!(c.read_str(), want);
+    }
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    c.cmd(&[b"TYPE", keys[0].as_bytes()]);
+    assert_eq!(c.read_str(), "+hash\r\n");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
