@@ -1776,6 +1776,11 @@ fn state_changed_inside_multi_follows_exec() {
 }
 
 #[test]
+fn state_changed_under_client_reply_off_is_followed() {
+    common::state_changed_under_client_reply_off_is_followed(&setup().proxy);
+}
+
+#[test]
 fn commands_memproxy_cannot_follow_inside_multi() {
     common::commands_memproxy_cannot_follow_inside_multi(&setup().proxy);
 }
@@ -1789,6 +1794,12 @@ fn skip_is_spent_on_a_mem_answered_by_the_proxy() {
 fn random_pipelines_are_answered_as_redis_answers_them() {
     // The reference is a plain Redis of its own (the keys of one pipeline share a slot).
     common::answers_as_redis_does(&setup().proxy, &shared().redis, 2, 300);
+}
+
+#[test]
+fn the_sessions_answer_mem_verbs_alike() {
+    // Single mode (a proxy in front of one Redis) against cluster mode, byte for byte.
+    common::sessions_answer_mem_verbs_alike(&shared().proxy, &setup().proxy, 3, 300);
 }
 
 #[test]

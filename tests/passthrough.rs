@@ -278,6 +278,11 @@ fn state_changed_inside_multi_follows_exec() {
 }
 
 #[test]
+fn state_changed_under_client_reply_off_is_followed() {
+    common::state_changed_under_client_reply_off_is_followed(&shared().proxy);
+}
+
+#[test]
 fn commands_memproxy_cannot_follow_inside_multi() {
     common::commands_memproxy_cannot_follow_inside_multi(&shared().proxy);
 }

@@ -90,6 +90,14 @@ enum Slot {
     Discard(usize),
     /// From here on the connection is a byte tunnel.
     Tunnel,
+    /// HELLO, AUTH or SELECT under CLIENT REPLY OFF|SKIP, which Redis runs without a word: it is
+    /// sent between a `CLIENT REPLY ON` and (under OFF) a `CLIENT REPLY OFF` of the proxy's own, so
+    /// that its answer says whether the change took effect; neither reaches the client. Queued as
+    /// a [`Slot::Discard`] (the ON's `+OK`) and a [`Slot::Silent`].
+    Unheard(Change, ReplyMode),
+    /// A reply that changes the proxy's view of the connection, not passed on (see
+    /// [`Slot::Unheard`]).
+    Silent(Track),
     /// `CLIENT REPLY OFF|SKIP`, which Redis answers only when it refuses it (NOAUTH, NOPERM): a
     /// `CLIENT REPLY ON` of the proxy's own goes just before it, and its answer says which.
     /// Nothing behind it is framed until then (their replies depend on it).
@@ -99,6 +107,9 @@ enum Slot {
 /// The probe sent before a client's `CLIENT REPLY OFF|SKIP` (ON changes nothing when the client's
 /// replies are on, and is refused exactly when OFF and SKIP are).
 const PROBE: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
+
+/// Replies off again after a [`Slot::Unheard`] change (Redis answers it nothing).
+const OFF: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
 
 /// Slots queued without a reply yet, beyond which the proxy stops reading from the client.
 const MAX_PENDING: usize = 100_000;
@@ -283,7 +294,15 @@ fn classify(req: &Request, buf: &[u8], st: &mut ReaderState) -> Option<Slot> {
         }
         Kind::State(_) if !st.in_multi => {
             let args: Vec<&[u8]> = (0..req.argc()).map(arg).collect();
-            track = Change::of(kind, &args).map(Track::Change);
+            match Change::of(kind, &args) {
+                // Redis would not say whether it took effect: asked with replies on, the
+                // answer read and dropped. Not a change of user under OFF: the OFF that follows
+                // would run as the new user, who may not be allowed it (left untracked).
+                Some(change) if silent && (mode == ReplyMode::Skip || !change.changes_user()) => {
+                    return Some(Slot::Unheard(change, mode));
+                }
+                change => track = change.map(Track::Change),
+            }
         }
         // Subscribed connections are tunnels, so this connection is not subscribed.
         Kind::Unsubscribe if !st.in_multi => {
@@ -502,6 +521,17 @@ impl Session {
                             self.held.push_back(BytesMut::new());
                         }
                         Some(Slot::Ready(_)) => self.push_slot(slot.expect("matched")),
+                        Some(Slot::Unheard(change, mode)) => {
+                            let t = self.target();
+                            t.extend_from_slice(PROBE);
+                            t.extend_from_slice(&bytes);
+                            if mode == ReplyMode::Off {
+                                t.extend_from_slice(OFF);
+                            }
+                            // The ON's +OK is dropped (owed no error if the upstream breaks).
+                            self.slots.push_back(Slot::Discard(1));
+                            self.push_slot(Slot::Silent(Track::Change(change)));
+                        }
                         Some(Slot::Dropped) => {}
                         Some(Slot::Probe(m)) => {
                             let t = self.target();
@@ -599,6 +629,15 @@ impl Session {
                     self.track(track, &frame);
                     self.out.extend_from_slice(&frame);
                 }
+                Some(Slot::Silent(_)) => {
+                    let Some(len) = frame else { return Ok(()) };
+                    let frame = self.ubuf.split_to(len);
+                    let Some(Slot::Silent(track)) = self.slots.pop_front() else {
+                        unreachable!()
+                    };
+                    self.pending -= 1;
+                    self.track(track, &frame);
+                }
                 Some(Slot::Probe(_)) => {
                     let Some(len) = frame else { return Ok(()) };
                     let refused = self.ubuf[0] == b'-';
@@ -675,8 +714,8 @@ impl Session {
                     }
                     return Ok(());
                 }
-                // Never queued (Dropped is consumed by take_requests).
-                Some(Slot::Tunnel | Slot::Dropped) | None => return Ok(()),
+                // Never queued (Dropped and Unheard are consumed by take_requests).
+                Some(Slot::Tunnel | Slot::Dropped | Slot::Unheard(..)) | None => return Ok(()),
             }
         }
     }
@@ -800,7 +839,10 @@ impl Session {
         let line = Reply::Error(lost.line());
         while let Some(slot) = self.slots.pop_front() {
             let n = match slot {
-                Slot::Local { silent: true, .. } | Slot::Discard(_) | Slot::Probe(_) => 0,
+                Slot::Local { silent: true, .. }
+                | Slot::Discard(_)
+                | Slot::Probe(_)
+                | Slot::Silent(_) => 0,
                 Slot::Plain(n) | Slot::Unsubscribed(n) => n,
                 _ => 1,
             };

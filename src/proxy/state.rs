@@ -193,6 +193,11 @@ impl Change {
         }
     }
 
+    /// AUTH, or HELLO … AUTH: the connection's user changes.
+    pub fn changes_user(&self) -> bool {
+        matches!(self, Change::Auth(_) | Change::Hello(_, Some(_)))
+    }
+
     /// Apply the change after Redis answered `reply` (nothing changes on an error reply). A new
     /// identity clears `state.trusted`: a MEM.* that got past authentication before no longer
     /// vouches for the connection.

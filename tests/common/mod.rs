@@ -1478,6 +1478,117 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
     }
 }
 
+/// A differential run between the two sessions: `rounds` random pipelines mixing MEM.* verbs
+/// (answered by the proxy: malformed ones, lookups of scopes and threads that hold nothing, the
+/// model's vectors, refusals inside MULTI) with CLIENT REPLY, transactions and plain commands,
+/// each in one write, under RESP2 and RESP3, answered byte for byte alike by `single` (one Redis)
+/// and `cluster` (a Redis Cluster). Every request gives USER (PROTOCOL §6); what either side
+/// remembers stays out (ids and times differ).
+pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u64, rounds: usize) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let pool: &[&[&str]] = &[
+        &["MEM.PING"],
+        &["MEM.PING", "extra"],
+        &["MEM.NOSUCH"],
+        &["MEM.RECALL"],
+        &["MEM.RECALL", "where do I live?", "USER", "K:u"],
+        &[
+            "MEM.RECALL",
+            "where?",
+            "USER",
+            "K:u",
+            "MODE",
+            "rank",
+            "K",
+            "3",
+        ],
+        &["MEM.RECALL", "where?", "USER", "K:u", "K", "0"],
+        &["MEM.RECALL", "where?", "USER", "K:u", "MODE", "nope"],
+        &["MEM.RECALL", "where?", "USER", "K:u", "AT", "-5"],
+        &["MEM.LIST", "USER", "K:u"],
+        &["MEM.LIST", "USER", "K:u", "LIMIT", "x", "1"],
+        &["MEM.SESSION", "GET", "K:t", "USER", "K:u"],
+        &["MEM.SESSION", "BOGUS"],
+        &["MEM.EVENTS", "K:t", "USER", "K:u"],
+        &["MEM.FORGET"],
+        &["MEM.REMEMBER"],
+        &["MEM.REMEMBER", "x", "USER", "K:u", "TTL", "-1"],
+        &["MEM.TURN", "K:t"],
+        &["MEM.EMBED", "hello"],
+        &["MEM.HELP"],
+        // HELLO's own reply differs (ids, "mode"): sent under CLIENT REPLY SKIP, outside MULTI.
+        &["HELLO", "3"],
+        &["HELLO", "2"],
+        &["CLIENT", "REPLY", "OFF"],
+        &["CLIENT", "REPLY", "ON"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["MULTI"],
+        &["EXEC"],
+        &["DISCARD"],
+        &["PING"],
+        &["SET", "K:a", "v"],
+        &["GET", "K:a"],
+        &["GET"],
+    ];
+    for round in 0..rounds {
+        let mut cmds: Vec<&[&str]> = Vec::new();
+        let (mut in_multi, mut off) = (false, false);
+        for _ in 0..1 + next(12) {
+            let c = pool[next(pool.len())];
+            let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
+            if in_multi && (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on || c[0] == "HELLO") {
+                continue;
+            }
+            if c[0] == "HELLO" && !off {
+                cmds.push(&["CLIENT", "REPLY", "SKIP"]);
+            }
+            match c {
+                ["MULTI"] => in_multi = true,
+                ["EXEC"] | ["DISCARD"] => in_multi = false,
+                ["CLIENT", "REPLY", "OFF"] => off = true,
+                ["CLIENT", "REPLY", "ON"] if !in_multi => off = false,
+                _ => {}
+            }
+            cmds.push(c);
+        }
+        let key = format!("{{mdz{seed}-{round}}}");
+        let mut burst = Vec::new();
+        for c in &cmds {
+            let args: Vec<String> = c
+                .iter()
+                .map(|a| a.replace("K:", &format!("{key}:")))
+                .collect();
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            burst.extend(encode(&args));
+        }
+        burst.extend(encode(&[b"DISCARD"]));
+        burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
+        burst.extend(encode(&[b"ECHO", b"END"]));
+        let mut outs = Vec::new();
+        for proxy in [single, cluster] {
+            let mut c = proxy.raw();
+            c.send(&burst);
+            let mut got = Vec::new();
+            loop {
+                let frame = c.read();
+                if frame == b"$3\r\nEND\r\n" {
+                    break;
+                }
+                got.extend(frame);
+                assert!(got.len() < 1 << 22, "{cmds:?}");
+            }
+            outs.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        assert_eq!(outs[0], outs[1], "seed {seed} round {round}: {cmds:?}");
+    }
+}
+
 /// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
 pub fn transactions_refuse_mem_verbs(proxy: &Proxy) {
     let p = proxy;
@@ -1630,6 +1741,42 @@ pub fn state_changed_inside_multi_follows_exec(proxy: &Proxy) {
     assert_eq!(mem_null(&mut c), "$-1\r\n");
     c.cmd(&[b"TYPE", keys[0].as_bytes()]);
     assert_eq!(c.read_str(), "+hash\r\n");
+}
+
+/// HELLO under CLIENT REPLY OFF or SKIP changes the connection without a word from Redis: the
+/// proxy still follows it (MEM.* answer in that protocol), and not a HELLO that failed. Single
+/// mode lost such changes (found by `sessions_answer_mem_verbs_alike`).
+pub fn state_changed_under_client_reply_off_is_followed(proxy: &Proxy) {
+    let mut c = proxy.raw();
+    let mem_null = |c: &mut Raw| {
+        let thread = unique("none");
+        c.cmd(&[b"MEM.SESSION", b"GET", thread.as_bytes(), b"USER", b"u"]);
+        c.read_str()
+    };
+    let quiet = |c: &mut Raw, mode: &[u8], args: &[&[u8]]| {
+        let mut burst = encode(&[b"CLIENT", b"REPLY", mode]);
+        burst.extend(encode(args));
+        if mode == b"OFF" {
+            burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
+        }
+        burst.extend(encode(&[b"ECHO", b"x"]));
+        c.send(&burst);
+        if mode == b"OFF" {
+            assert_eq!(c.read_str(), "+OK\r\n");
+        }
+        assert_eq!(c.read_str(), "$1\r\nx\r\n");
+    };
+    quiet(&mut c, b"OFF", &[b"HELLO", b"3"]);
+    assert_eq!(mem_null(&mut c), "_\r\n");
+    quiet(&mut c, b"SKIP", &[b"HELLO", b"2"]);
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    // Refused by Redis (a client name with a space): nothing changes.
+    quiet(&mut c, b"OFF", &[b"HELLO", b"3", b"SETNAME", b"a b"]);
+    assert_eq!(mem_null(&mut c), "$-1\r\n");
+    quiet(&mut c, b"SKIP", &[b"HELLO", b"3"]);
+    assert_eq!(mem_null(&mut c), "_\r\n");
+    c.cmd(&[b"PING"]);
+    assert_eq!(c.read_str(), "+PONG\r\n");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
