@@ -1522,6 +1522,57 @@ pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u6
         &["MEM.TURN", "K:t"],
         &["MEM.EMBED", "hello"],
         &["MEM.HELP"],
+        // Memories written at fixed times: ids aside (named alike below), both answer the same.
+        &[
+            "MEM.REMEMBER",
+            "I live in Lisbon.",
+            "USER",
+            "K:u",
+            "CREATED",
+            "1700000000",
+            "PERSIST",
+        ],
+        &[
+            "MEM.REMEMBER",
+            "My dog is called Rex.",
+            "USER",
+            "K:u",
+            "CREATED",
+            "1700000100",
+            "PERSIST",
+        ],
+        &[
+            "MEM.REMEMBER",
+            "I work as a nurse.",
+            "USER",
+            "K:u",
+            "CREATED",
+            "1700000200",
+            "TTL",
+            "1000000",
+        ],
+        &[
+            "MEM.RECALL",
+            "what is my pet's name?",
+            "USER",
+            "K:u",
+            "MODE",
+            "rank",
+            "K",
+            "2",
+        ],
+        &[
+            "MEM.RECALL",
+            "which city?",
+            "USER",
+            "K:u",
+            "MODE",
+            "vector",
+            "THRESHOLD",
+            "2",
+        ],
+        &["MEM.CONSOLIDATE", "USER", "K:u", "DRYRUN"],
+        &["MEM.FORGET", "USER", "K:u"],
         // HELLO's own reply differs (ids, "mode"): sent under CLIENT REPLY SKIP, outside MULTI.
         &["HELLO", "3"],
         &["HELLO", "2"],
@@ -1583,10 +1634,65 @@ pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u6
                 got.extend(frame);
                 assert!(got.len() < 1 << 22, "{cmds:?}");
             }
-            outs.push(String::from_utf8_lossy(&got).into_owned());
+            outs.push(ids_named_alike(&String::from_utf8_lossy(&got)));
         }
         assert_eq!(outs[0], outs[1], "seed {seed} round {round}: {cmds:?}");
     }
+}
+
+/// Memory ids (12 lowercase hex digits standing alone) replaced by their order of appearance;
+/// the hash tag a cluster-mode id starts with (`{~…}:`, PROTOCOL §6) and bulk lengths dropped.
+fn ids_named_alike(s: &str) -> String {
+    let mut untagged = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("{~") {
+        let tail = &rest[at + 2..];
+        let hex = tail.bytes().take_while(u8::is_ascii_hexdigit).count();
+        untagged.push_str(&rest[..at]);
+        if tail[hex..].starts_with("}:") {
+            rest = &tail[hex + 2..];
+        } else {
+            untagged.push_str("{~");
+            rest = tail;
+        }
+    }
+    untagged.push_str(rest);
+    // Bulk lengths follow the ids' lengths: left out.
+    let untagged: Vec<&str> = untagged
+        .split("\r\n")
+        .map(|l| match l.strip_prefix('$') {
+            Some(n) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => "$",
+            _ => l,
+        })
+        .collect();
+    let untagged = untagged.join("\r\n");
+    let s = untagged.as_str();
+    let b = s.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric();
+    let (mut out, mut seen, mut i) = (String::new(), Vec::<String>::new(), 0);
+    while i < b.len() {
+        let end = i + 12;
+        let alone =
+            (i == 0 || !word(b[i - 1])) && (end == b.len() || (end < b.len() && !word(b[end])));
+        if end <= b.len()
+            && alone
+            && b[i..end]
+                .iter()
+                .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            let id = &s[i..end];
+            let n = seen.iter().position(|x| x == id).unwrap_or_else(|| {
+                seen.push(id.to_string());
+                seen.len() - 1
+            });
+            out.push_str(&format!("<id{n:06}>"));
+            i = end;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// MULTI/EXEC with a MEM.* inside (refused, the transaction goes on), WATCH aborting, DISCARD.
