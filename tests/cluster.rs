@@ -1781,6 +1781,11 @@ fn state_changed_under_client_reply_off_is_followed() {
 }
 
 #[test]
+fn tracking_invalidations_reach_an_idle_client() {
+    common::tracking_invalidations_reach_an_idle_client(&setup().proxy);
+}
+
+#[test]
 fn commands_memproxy_cannot_follow_inside_multi() {
     common::commands_memproxy_cannot_follow_inside_multi(&setup().proxy);
 }
@@ -1800,6 +1805,42 @@ fn random_pipelines_are_answered_as_redis_answers_them() {
 fn the_sessions_answer_mem_verbs_alike() {
     // Single mode (a proxy in front of one Redis) against cluster mode, byte for byte.
     common::sessions_answer_mem_verbs_alike(&shared().proxy, &setup().proxy, 3, 300);
+}
+
+#[test]
+fn an_idle_connection_closed_by_redis_closes_the_client() {
+    let s = setup();
+    common::an_idle_connection_closed_by_redis_closes_the_client(&s.proxy, |args| {
+        on_every_master(s, args)
+    });
+}
+
+#[test]
+fn tracking_options_that_need_one_connection_are_refused() {
+    let mut c = setup().proxy.raw();
+    c.cmd(&[b"HELLO", b"3"]);
+    c.read();
+    for opt in [&[&b"REDIRECT"[..], b"5"][..], &[b"OPTIN"], &[b"OPTOUT"]] {
+        let mut args: Vec<&[u8]> = vec![b"CLIENT", b"TRACKING", b"ON"];
+        args.extend(opt);
+        c.cmd(&args);
+        let r = c.read_str();
+        assert!(
+            r.starts_with("-ERR CLIENT TRACKING REDIRECT, OPTIN and OPTOUT are not supported"),
+            "{r}"
+        );
+    }
+    c.cmd(&[b"CLIENT", b"TRACKINGINFO"]);
+    let info = c.read_str();
+    assert!(info.contains("off"), "{info}");
+    // Inside a transaction too (the transaction then fails, as for other refusals there).
+    let mut burst = encode(&[b"MULTI"]);
+    burst.extend(encode(&[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]));
+    burst.extend(encode(&[b"EXEC"]));
+    c.send(&burst);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    assert!(c.read_str().starts_with("-ERR CLIENT TRACKING REDIRECT"));
+    assert!(c.read_str().starts_with("-EXECABORT"));
 }
 
 #[test]

@@ -283,6 +283,11 @@ fn state_changed_under_client_reply_off_is_followed() {
 }
 
 #[test]
+fn tracking_invalidations_reach_an_idle_client() {
+    common::tracking_invalidations_reach_an_idle_client(&shared().proxy);
+}
+
+#[test]
 fn commands_memproxy_cannot_follow_inside_multi() {
     common::commands_memproxy_cannot_follow_inside_multi(&shared().proxy);
 }
@@ -296,6 +301,14 @@ fn skip_is_spent_on_a_mem_answered_by_the_proxy() {
 fn random_pipelines_are_answered_as_redis_answers_them() {
     let s = shared();
     common::answers_as_redis_does(&s.proxy, &s.redis, 1, 300);
+}
+
+#[test]
+fn an_idle_connection_closed_by_redis_closes_the_client() {
+    let s = shared();
+    common::an_idle_connection_closed_by_redis_closes_the_client(&s.proxy, |args| {
+        q(&mut direct(&s.redis), args);
+    });
 }
 
 #[test]

@@ -87,6 +87,26 @@ impl Nodes {
     fn clear(&mut self) {
         self.0.clear();
     }
+
+    /// The first read any connection finishes (pending while there are none): which one, and
+    /// what it read into its buffer.
+    async fn read_any(&mut self) -> (String, std::io::Result<usize>) {
+        std::future::poll_fn(|cx| {
+            for (name, node) in self.0.iter_mut() {
+                if node.buf.capacity() - node.buf.len() < READ_ROOM / 4 {
+                    node.buf.reserve(READ_ROOM);
+                }
+                let stream = std::pin::Pin::new(&mut node.stream);
+                if let std::task::Poll::Ready(r) =
+                    tokio_util::io::poll_read_buf(stream, cx, &mut node.buf)
+                {
+                    return std::task::Poll::Ready((name.clone(), r));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
 }
 
 /// Requests of one master each, waiting to go out together: where each one's bytes are in the
@@ -347,14 +367,79 @@ impl Session {
                 // Every request read was answered: nothing is in flight.
                 return End::Drained;
             }
-            tokio::select! {
-                r = self.rd.read_buf(&mut self.cbuf) => match r {
+            // Idle: the client is read, and so are its masters, whose pushes (CLIENT TRACKING's
+            // invalidations) go to it as they come, as single mode forwards them. Pushes that
+            // came behind the last reply are passed on first.
+            for i in 0..self.nodes.0.len() {
+                if self.nodes.0[i].1.buf.is_empty() {
+                    continue;
+                }
+                let node = self.nodes.0[i].0.clone();
+                if let Err(end) = self.idle_read(&node, Ok(1)).await {
+                    return end;
+                }
+            }
+            let Session {
+                rd,
+                cbuf,
+                nodes,
+                shutdown,
+                ..
+            } = self;
+            let idle = tokio::select! {
+                r = rd.read_buf(cbuf) => match r {
                     Ok(0) | Err(_) => return End::ClientGone,
-                    Ok(_) => {}
+                    Ok(_) => None,
                 },
-                _ = self.shutdown.changed() => {}
+                _ = shutdown.changed() => None,
+                read = nodes.read_any() => Some(read),
+            };
+            if let Some((node, read)) = idle {
+                if let Err(end) = self.idle_read(&node, read).await {
+                    return end;
+                }
             }
         }
+    }
+
+    /// Bytes came from `node` while nothing was asked of it (`read`, into its buffer): pushes,
+    /// passed on. Anything else (EOF: Redis closed the idle connection) ends the session as in
+    /// single mode.
+    async fn idle_read(&mut self, node: &str, read: std::io::Result<usize>) -> Result<(), End> {
+        match read {
+            Ok(0) => return Err(End::UpstreamLost(Lost::at(node, Broken::Closed), 0)),
+            Err(e) => {
+                return Err(End::UpstreamLost(
+                    Lost::at(node, Broken::Read(e.to_string())),
+                    0,
+                ))
+            }
+            Ok(_) => {}
+        }
+        let n = self.nodes.get_mut(node).expect("read from it");
+        loop {
+            match n.scanner.scan(&n.buf) {
+                Ok(Some((len, true))) => {
+                    let f = n.buf.split_to(len);
+                    self.out.extend_from_slice(&f);
+                }
+                Ok(Some(_)) => {
+                    let why = "a reply to no request".to_string();
+                    return Err(End::UpstreamLost(
+                        Lost::at(node, Broken::Unreadable(why)),
+                        0,
+                    ));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(End::UpstreamLost(
+                        Lost::at(node, Broken::Unreadable(e.to_string())),
+                        0,
+                    ))
+                }
+            }
+        }
+        self.flush().await
     }
 
     async fn flush(&mut self) -> Result<(), End> {
@@ -489,7 +574,10 @@ impl Session {
                     .out
                     .extend_from_slice(format!(":{}\r\n", self.id).as_bytes()),
                 Kind::ClientUnblock => self.unblock(args).await?,
-                Kind::State(_) => self.state_cmd(kind, args).await?,
+                Kind::State(_) => match route::tracking_refused(&args) {
+                    Some(line) => self.error(line),
+                    None => self.state_cmd(kind, args).await?,
+                },
                 Kind::Command => self.command(args).await?,
                 Kind::Reset => {
                     let f = self.everywhere(args).await?;
@@ -1040,6 +1128,7 @@ impl Session {
                 String::from_utf8_lossy(&args[0]).to_uppercase()
             )),
             Kind::Refused(l) => Some(l.to_string()),
+            Kind::State(_) => route::tracking_refused(&args).map(str::to_string),
             Kind::ClientId | Kind::ClientUnblock => Some(format!(
                 "ERR CLIENT {} inside MULTI is not supported by memproxy in cluster mode",
                 String::from_utf8_lossy(&args[1]).to_uppercase()

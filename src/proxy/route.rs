@@ -55,6 +55,20 @@ pub enum Kind {
     Refused(&'static str),
 }
 
+/// CLIENT TRACKING's options that cannot hold over a connection per master: REDIRECT names a
+/// client id (memproxy's own is no master's), and OPTIN / OPTOUT take effect through CLIENT
+/// CACHING on whichever master the next command reaches. The error line, in cluster mode.
+pub fn tracking_refused<A: AsRef<[u8]>>(args: &[A]) -> Option<&'static str> {
+    let tracking =
+        args.len() > 1 && eq(args[0].as_ref(), "client") && eq(args[1].as_ref(), "tracking");
+    (tracking
+        && args[2..].iter().any(|a| {
+            let a = a.as_ref();
+            eq(a, "redirect") || eq(a, "optin") || eq(a, "optout")
+        }))
+    .then_some("ERR CLIENT TRACKING REDIRECT, OPTIN and OPTOUT are not supported by memproxy in cluster mode (ON, BCAST, PREFIX and NOLOOP are)")
+}
+
 /// Which connection-state command a [`Kind::State`] is (the proxy tracks the first three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Conn {
@@ -134,11 +148,14 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
         "select" => Kind::State(Conn::Select),
         "readonly" | "readwrite" => Kind::State(Conn::Other),
         "command" => Kind::Command,
+        // CLIENT TRACKING too: each master tracks what the client read there, and sends its
+        // invalidations on the client's connection to it (RESP3).
         "client"
             if eq(sub, "setname")
                 || eq(sub, "setinfo")
                 || eq(sub, "no-evict")
-                || eq(sub, "no-touch") =>
+                || eq(sub, "no-touch")
+                || eq(sub, "tracking") =>
         {
             Kind::State(Conn::Other)
         }
@@ -151,9 +168,6 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
                     .is_ok_and(|id| id.parse::<i64>().is_ok()) =>
         {
             Kind::ClientUnblock
-        }
-        "client" if eq(sub, "tracking") => {
-            Kind::Refused("ERR CLIENT TRACKING is not supported by memproxy in cluster mode")
         }
         "reset" => Kind::Reset,
         "multi" => Kind::Multi,

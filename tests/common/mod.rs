@@ -1196,6 +1196,33 @@ pub fn pipelined_mem_verbs_apply_in_order(proxy: &Proxy) {
     }
 }
 
+/// Redis closing a client's idle connection (CLIENT KILL USER on every Redis) closes the client
+/// at once, with nothing owed: in single mode as the upstream's end, in cluster mode now too (the
+/// session reads its masters while the client is idle; it found out at the next request before).
+pub fn an_idle_connection_closed_by_redis_closes_the_client(
+    proxy: &Proxy,
+    on_every: impl Fn(&[&str]),
+) {
+    let user = unique("killed");
+    on_every(&["ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all"]);
+    let mut c = proxy.raw();
+    c.cmd(&[b"AUTH", user.as_bytes(), b"pw"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    for i in 0..8 {
+        let k = unique(&format!("idle{i}"));
+        c.cmd(&[b"GET", k.as_bytes()]);
+        assert_eq!(c.read_str(), "$-1\r\n");
+    }
+    on_every(&["CLIENT", "KILL", "USER", &user]);
+    c.stream
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let r = c.stream.read(&mut buf);
+    assert!(matches!(r, Ok(0)), "closed with nothing owed: {r:?}");
+}
+
 /// A MULTI that Redis refuses (here NOPERM) opens no transaction: MEM.* still run, plain
 /// commands run at once, EXEC is Redis's "without MULTI" (single mode had assumed the
 /// transaction open until an EXEC or DISCARD).
@@ -1883,6 +1910,50 @@ pub fn state_changed_under_client_reply_off_is_followed(proxy: &Proxy) {
     assert_eq!(mem_null(&mut c), "_\r\n");
     c.cmd(&[b"PING"]);
     assert_eq!(c.read_str(), "+PONG\r\n");
+}
+
+/// CLIENT TRACKING (RESP3): keys the client read and another client then changes are
+/// invalidated by pushes that reach the client while it sends nothing (in cluster mode from
+/// whichever master holds each key); BCAST with a prefix too.
+pub fn tracking_invalidations_reach_an_idle_client(proxy: &Proxy) {
+    let keys: Vec<String> = (0..8).map(|i| unique(&format!("tracked{i}"))).collect();
+    let mut a = proxy.raw();
+    a.cmd(&[b"HELLO", b"3"]);
+    a.read();
+    a.cmd(&[b"CLIENT", b"TRACKING", b"ON"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    for k in &keys {
+        a.cmd(&[b"GET", k.as_bytes()]);
+        assert_eq!(a.read_str(), "_\r\n");
+    }
+    let mut b = proxy.client();
+    for k in &keys {
+        let _: () = redis::cmd("SET").arg(k).arg("v").query(&mut b).unwrap();
+    }
+    let push = |k: &str| format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n", k.len());
+    let mut got: Vec<String> = keys.iter().map(|_| a.read_str()).collect();
+    let mut want: Vec<String> = keys.iter().map(|k| push(k)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    // Broadcast mode over a prefix: a key never read is invalidated too.
+    let prefix = unique("bcast");
+    a.cmd(&[b"CLIENT", b"TRACKING", b"OFF"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    a.cmd(&[
+        b"CLIENT",
+        b"TRACKING",
+        b"ON",
+        b"BCAST",
+        b"PREFIX",
+        prefix.as_bytes(),
+    ]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    let key = format!("{prefix}:x");
+    let _: () = redis::cmd("SET").arg(&key).arg("v").query(&mut b).unwrap();
+    assert_eq!(a.read_str(), push(&key));
+    a.cmd(&[b"PING"]);
+    assert_eq!(a.read_str(), "+PONG\r\n");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
