@@ -459,6 +459,19 @@ impl Session {
         End::OverLimit(line)
     }
 
+    /// A silenced request's reply (CLIENT REPLY OFF|SKIP) is taken out of what goes to the
+    /// client from `mark` on; the pushes that came meanwhile (invalidations) stay.
+    fn silence(&mut self, mark: usize) {
+        let tail = self.out.split_off(mark);
+        let mut at = 0;
+        while let Ok(Some((len, push))) = crate::resp::scan_reply(&tail[at..]) {
+            if push {
+                self.out.extend_from_slice(&tail[at..at + len]);
+            }
+            at += len;
+        }
+    }
+
     fn error(&mut self, line: &str) {
         Reply::Error(line.to_string()).encode(self.state.protocol, &mut self.out);
     }
@@ -503,7 +516,7 @@ impl Session {
                 let mark = self.out.len();
                 self.queue(owned(&view), kind).await?;
                 if silent {
-                    self.out.truncate(mark);
+                    self.silence(mark);
                 }
                 continue;
             }
@@ -625,7 +638,7 @@ impl Session {
                 Kind::Refused(line) => self.error(line),
             }
             if silent {
-                self.out.truncate(mark);
+                self.silence(mark);
             }
         }
         if began.is_some_and(|n| run.reqs.len() <= n) {

@@ -1954,6 +1954,42 @@ pub fn tracking_invalidations_reach_an_idle_client(proxy: &Proxy) {
     assert_eq!(a.read_str(), push(&key));
     a.cmd(&[b"PING"]);
     assert_eq!(a.read_str(), "+PONG\r\n");
+    // An invalidation that comes while a silenced MEM.* runs on the same connection (the key
+    // in the user's slot; a long text keeps the verb busy) still reaches the client.
+    let user = unique("trk");
+    let key = format!("{{{user}}}:k");
+    a.cmd(&[b"CLIENT", b"TRACKING", b"OFF"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    a.cmd(&[b"CLIENT", b"TRACKING", b"ON"]);
+    assert_eq!(a.read_str(), "+OK\r\n");
+    a.cmd(&[b"GET", key.as_bytes()]);
+    assert_eq!(a.read_str(), "_\r\n");
+    let long: String = (0..600)
+        .map(|i| format!("Sentence {i} of a long note about gardens and rivers. "))
+        .collect();
+    let mut burst = encode(&[b"CLIENT", b"REPLY", b"OFF"]);
+    burst.extend(encode(&[
+        b"MEM.REMEMBER",
+        long.as_bytes(),
+        b"USER",
+        user.as_bytes(),
+    ]));
+    burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
+    a.send(&burst);
+    std::thread::sleep(Duration::from_millis(300));
+    let _: () = redis::cmd("SET").arg(&key).arg("v").query(&mut b).unwrap();
+    // Other pushes may come (the verb runs as the client, so a key its script read and then
+    // wrote is invalidated to the client too, as Redis does for the client's own writes).
+    let mut seen = Vec::new();
+    loop {
+        let f = a.read_str();
+        if f == "+OK\r\n" {
+            break;
+        }
+        assert!(f.starts_with(">2\r\n$10\r\ninvalidate"), "{f}");
+        seen.push(f);
+    }
+    assert!(seen.contains(&push(&key)), "{seen:?}");
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
