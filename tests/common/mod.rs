@@ -1447,6 +1447,11 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
         &["CLIENT", "SETNAME", "dfz"],
         &["CLIENT", "GETNAME"],
         &["PUBLISH", "K:ch", "m"],
+        // HELLO's own reply differs (ids, "mode"): sent under CLIENT REPLY SKIP, outside MULTI.
+        &["HELLO", "3"],
+        &["HELLO", "2"],
+        &["HGETALL", "K:h"],
+        &["HSET", "K:h", "f", "v"],
     ];
     let reference = SocketAddr::from(([127, 0, 0, 1], reference.port));
     for round in 0..rounds {
@@ -1459,8 +1464,11 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
             let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
             let refused =
                 (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on) || c[0].ends_with("SUBSCRIBE");
-            if in_multi && refused {
+            if in_multi && (refused || c[0] == "HELLO") {
                 continue;
+            }
+            if c[0] == "HELLO" && !off {
+                cmds.push(&["CLIENT", "REPLY", "SKIP"]);
             }
             match c {
                 ["MULTI"] => in_multi = true,
