@@ -1514,11 +1514,12 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
 }
 
 /// A differential run between the two sessions: `rounds` random pipelines mixing MEM.* verbs
-/// (answered by the proxy: malformed ones, lookups of scopes and threads that hold nothing, the
-/// model's vectors, refusals inside MULTI) with CLIENT REPLY, transactions and plain commands,
-/// each in one write, under RESP2 and RESP3, answered byte for byte alike by `single` (one Redis)
-/// and `cluster` (a Redis Cluster). Every request gives USER (PROTOCOL §6); what either side
-/// remembers stays out (ids and times differ).
+/// (malformed ones, lookups of empty scopes and threads, the model's vectors, memories written,
+/// recalled, consolidated and forgotten, turns and sessions, refusals inside MULTI) with CLIENT
+/// REPLY, transactions and plain commands, each in one write, under RESP2 and RESP3, answered
+/// byte for byte alike by `single` (one Redis) and `cluster` (a Redis Cluster) once ids, times,
+/// TTLs and stream ids are named alike. Every request gives USER, always the same one (a thread's
+/// name is its user's own in cluster mode: PROTOCOL §6).
 pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u64, rounds: usize) {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move |n: usize| {
@@ -1608,6 +1609,37 @@ pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u6
         ],
         &["MEM.CONSOLIDATE", "USER", "K:u", "DRYRUN"],
         &["MEM.FORGET", "USER", "K:u"],
+        // Sessions and turns: their times, TTLs and stream ids are named alike below.
+        &[
+            "MEM.TURN",
+            "K:t",
+            "user",
+            "I moved to Porto last year.",
+            "USER",
+            "K:u",
+        ],
+        &[
+            "MEM.TURN",
+            "K:t",
+            "assistant",
+            "Porto is lovely.",
+            "USER",
+            "K:u",
+            "REMEMBER",
+            "SKIP",
+        ],
+        &[
+            "MEM.SESSION",
+            "START",
+            "K:t",
+            "USER",
+            "K:u",
+            "GOAL",
+            "plan a trip",
+        ],
+        &["MEM.SESSION", "SCRATCHPAD", "K:t", "notes", "USER", "K:u"],
+        &["MEM.SESSION", "END", "K:t", "USER", "K:u"],
+        &["MEM.SESSION", "GET", "K:t", "USER", "K:u"],
         // HELLO's own reply differs (ids, "mode"): sent under CLIENT REPLY SKIP, outside MULTI.
         &["HELLO", "3"],
         &["HELLO", "2"],
@@ -1692,12 +1724,30 @@ fn ids_named_alike(s: &str) -> String {
         }
     }
     untagged.push_str(rest);
-    // Bulk lengths follow the ids' lengths: left out.
+    // Bulk lengths follow the ids' lengths: left out. Times, TTLs and stream ids (an integer of
+    // six digits or more, a number of nine before its point, digits-digits) differ by the clock.
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
     let untagged: Vec<&str> = untagged
         .split("\r\n")
-        .map(|l| match l.strip_prefix('$') {
-            Some(n) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => "$",
-            _ => l,
+        .map(|l| {
+            let body = l.trim_start_matches([':', ',']);
+            let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+            let stream_id = body
+                .split_once('-')
+                .is_some_and(|(a, b)| a.len() >= 9 && digits(a) && digits(b));
+            match l.strip_prefix('$') {
+                Some(n) if digits(n) => "$",
+                // (Twelve digits alone are a memory id, named below.)
+                _ if digits(int)
+                    && int.len() >= 6
+                    && (frac.is_empty() || digits(frac))
+                    && !(frac.is_empty() && int.len() == 12) =>
+                {
+                    "<n>"
+                }
+                _ if stream_id => "<n>",
+                _ => l,
+            }
         })
         .collect();
     let untagged = untagged.join("\r\n");
