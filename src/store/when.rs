@@ -200,7 +200,7 @@ impl Now {
     }
 }
 
-/// The unit of "N <unit>s ago" and "the last N <unit>s".
+/// The unit of "N `<unit>`s ago" and "the last N `<unit>`s".
 #[derive(Clone, Copy)]
 enum Unit {
     Day,
