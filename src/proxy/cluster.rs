@@ -91,22 +91,32 @@ impl Nodes {
     /// The first read any connection finishes (pending while there are none): which one, and
     /// what it read into its buffer.
     async fn read_any(&mut self) -> (String, std::io::Result<usize>) {
-        std::future::poll_fn(|cx| {
-            for (name, node) in self.0.iter_mut() {
-                if node.buf.capacity() - node.buf.len() < READ_ROOM / 4 {
-                    node.buf.reserve(READ_ROOM);
-                }
-                let stream = std::pin::Pin::new(&mut node.stream);
-                if let std::task::Poll::Ready(r) =
-                    tokio_util::io::poll_read_buf(stream, cx, &mut node.buf)
-                {
-                    return std::task::Poll::Ready((name.clone(), r));
-                }
-            }
-            std::task::Poll::Pending
-        })
-        .await
+        let (i, r) = read_any(self.0.iter_mut()).await;
+        (self.0[i].0.clone(), r)
     }
+}
+
+/// The first read any of `nodes` finishes (pending while there are none): its place among them,
+/// and what it read into its buffer.
+async fn read_any<'a>(
+    nodes: impl Iterator<Item = &'a mut (String, Node)>,
+) -> (usize, std::io::Result<usize>) {
+    let mut nodes: Vec<&mut (String, Node)> = nodes.collect();
+    std::future::poll_fn(|cx| {
+        for (i, (_, node)) in nodes.iter_mut().enumerate() {
+            if node.buf.capacity() - node.buf.len() < READ_ROOM / 4 {
+                node.buf.reserve(READ_ROOM);
+            }
+            let stream = std::pin::Pin::new(&mut node.stream);
+            if let std::task::Poll::Ready(r) =
+                tokio_util::io::poll_read_buf(stream, cx, &mut node.buf)
+            {
+                return std::task::Poll::Ready((i, r));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Requests of one master each, waiting to go out together: where each one's bytes are in the
@@ -211,6 +221,9 @@ struct Session {
     /// Set when memproxy shuts down: nothing more is read from the client, what was read is
     /// answered (as single mode drains).
     shutdown: watch::Receiver<bool>,
+    /// A silenced request (CLIENT REPLY OFF|SKIP) is being served: what it adds to `out` is cut
+    /// back afterwards ([`Session::silence`]), so pushes are not written out early meanwhile.
+    quiet: bool,
 }
 
 /// Serve one accepted client in cluster mode until it or a master goes away.
@@ -244,6 +257,7 @@ pub async fn serve(
         id: clients::next_id(),
         registered: false,
         shutdown,
+        quiet: false,
     };
     let tally = Tally::start(&engine);
     let end = s.run().await;
@@ -489,6 +503,7 @@ impl Session {
         // Requests after this index had their MEM.* texts handed to the model ahead of their turn.
         let mut prefetched = 0;
         for (i, (raw, req)) in reqs.iter().enumerate() {
+            self.quiet = false;
             if began.take().is_some_and(|n| run.reqs.len() <= n) {
                 self.answered += 1;
             }
@@ -514,7 +529,9 @@ impl Session {
             {
                 self.plain_run(&bytes, &mut run).await?;
                 let mark = self.out.len();
+                self.quiet = silent;
                 self.queue(owned(&view), kind).await?;
+                self.quiet = false;
                 if silent {
                     self.silence(mark);
                 }
@@ -578,6 +595,7 @@ impl Session {
             }
             let args = owned(&view);
             let mark = self.out.len();
+            self.quiet = silent;
             match kind {
                 // Plain requests join the run, CLIENT REPLY is kept above (and refused in MULTI).
                 Kind::Plain | Kind::ClientReply | Kind::Unsubscribe | Kind::Tunnel => {
@@ -641,6 +659,7 @@ impl Session {
                 self.silence(mark);
             }
         }
+        self.quiet = false;
         if began.is_some_and(|n| run.reqs.len() <= n) {
             self.answered += 1;
         }
@@ -821,6 +840,10 @@ impl Session {
     }
 
     /// [`Session::frame`], or the first push for which `wanted` is true (not forwarded).
+    /// Meanwhile the client's other masters are read too: pushes from any master (CLIENT
+    /// TRACKING's invalidations) go to the client as they come — at once, unless the request
+    /// being served is silenced (`quiet`: they then go with the next reply) — also while a
+    /// blocking command waits; replies that come early from another master wait in its buffer.
     async fn frame_or(
         &mut self,
         node: &str,
@@ -829,48 +852,88 @@ impl Session {
         let Session {
             nodes,
             rd,
+            wr,
             cbuf,
             out,
             intake,
             shutdown,
+            quiet,
             ..
         } = self;
-        let n = nodes
-            .get_mut(node)
+        let i = nodes
+            .0
+            .iter()
+            .position(|(n, _)| n == node)
             .ok_or_else(|| lost(node, Broken::Closed))?;
         // Once memproxy shuts down the client is no longer read (polled only while waiting).
         let mut stopping = *shutdown.borrow();
         let mut stop = std::pin::pin!(shutdown.changed());
         loop {
-            match n.scanner.scan(&n.buf) {
-                Ok(Some((len, push))) => {
-                    let f = n.buf.split_to(len);
-                    if push && !wanted(&f) {
-                        out.extend_from_slice(&f);
-                        continue;
+            let mut pushed = false;
+            let n = &mut nodes.0[i].1;
+            loop {
+                match n.scanner.scan(&n.buf) {
+                    Ok(Some((len, push))) => {
+                        let f = n.buf.split_to(len);
+                        if push && !wanted(&f) {
+                            out.extend_from_slice(&f);
+                            pushed = true;
+                            continue;
+                        }
+                        return Ok(f);
                     }
-                    return Ok(f);
+                    Ok(None) => break,
+                    Err(e) => return Err(lost(node, Broken::Unreadable(e.to_string()))),
                 }
-                Ok(None) => {}
-                Err(e) => return Err(lost(node, Broken::Unreadable(e.to_string()))),
+            }
+            if pushed && !*quiet {
+                wr.write_all(out).await.map_err(|_| End::ClientGone)?;
+                out.clear();
             }
             let room = !stopping && cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
+            let (before, rest) = nodes.0.split_at_mut(i);
+            let (this, after) = rest.split_first_mut().expect("found above");
+            let n = &mut this.1;
             if n.buf.capacity() - n.buf.len() < READ_ROOM / 4 {
                 // Read in large pieces: an empty BytesMut would be read 64 bytes at a time,
                 // and the room left after frames are split off shrinks to a few bytes.
                 n.buf.reserve(READ_ROOM);
             }
-            tokio::select! {
+            let other = tokio::select! {
                 r = n.stream.read_buf(&mut n.buf) => match r {
                     Ok(0) => return Err(lost(node, Broken::Closed)),
                     Err(e) => return Err(lost(node, Broken::Read(e.to_string()))),
-                    Ok(_) => {}
+                    Ok(_) => None,
                 },
                 r = rd.read_buf(cbuf), if room => match r {
                     Ok(0) | Err(_) => return Err(End::ClientGone),
-                    Ok(_) => {}
+                    Ok(_) => None,
                 },
-                _ = &mut stop, if !stopping => stopping = true,
+                _ = &mut stop, if !stopping => {
+                    stopping = true;
+                    None
+                }
+                read = read_any(before.iter_mut().chain(after.iter_mut())) => Some(read),
+            };
+            if let Some((j, read)) = other {
+                // `j` counts the other connections: past `i`, one more.
+                let j = if j < i { j } else { j + 1 };
+                let (name, n) = &mut nodes.0[j];
+                match read {
+                    Ok(0) => return Err(lost(name, Broken::Closed)),
+                    Err(e) => return Err(lost(name, Broken::Read(e.to_string()))),
+                    Ok(_) => {}
+                }
+                // Its leading pushes go out; a reply (to a request of this run) waits.
+                let mut moved = false;
+                while let Ok(Some((len, true))) = n.scanner.scan(&n.buf) {
+                    out.extend_from_slice(&n.buf.split_to(len));
+                    moved = true;
+                }
+                if moved && !*quiet {
+                    wr.write_all(out).await.map_err(|_| End::ClientGone)?;
+                    out.clear();
+                }
             }
         }
     }

@@ -2048,6 +2048,45 @@ pub fn tracking_invalidations_reach_an_idle_client(proxy: &Proxy) {
         seen.push(f);
     }
     assert!(seen.contains(&push(&key)), "{seen:?}");
+    // While the client waits in BLPOP, invalidations still reach it at once: for keys on the
+    // master it waits on and on the others (in cluster mode they came with BLPOP's reply).
+    // (Invalidations of memproxy's own memory keys, from the MEM.REMEMBER above, may still come.)
+    let ours = |f: &str| f.starts_with(">2\r\n$10\r\ninvalidate") && f.contains("agent:mem:");
+    let keys: Vec<String> = (0..6)
+        .map(|i| unique(&format!("blocked-tracked{i}")))
+        .collect();
+    for k in &keys {
+        a.cmd(&[b"GET", k.as_bytes()]);
+        let r = std::iter::repeat_with(|| a.read_str()).find(|f| !ours(f));
+        assert_eq!(r.as_deref(), Some("_\r\n"));
+    }
+    let list = unique("blocked-list");
+    a.cmd(&[b"BLPOP", list.as_bytes(), b"0"]);
+    std::thread::sleep(Duration::from_millis(200));
+    for k in &keys {
+        let _: () = redis::cmd("SET").arg(k).arg("v").query(&mut b).unwrap();
+    }
+    let mut got: Vec<String> = Vec::new();
+    while got.len() < keys.len() {
+        let f = a.read_str();
+        if !ours(&f) {
+            got.push(f);
+        }
+    }
+    let mut want: Vec<String> = keys.iter().map(|k| push(k)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "invalidations while blocked");
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&list)
+        .arg("x")
+        .query(&mut b)
+        .unwrap();
+    let r = std::iter::repeat_with(|| a.read_str()).find(|f| !ours(f));
+    assert_eq!(
+        r,
+        Some(format!("*2\r\n${}\r\n{list}\r\n$1\r\nx\r\n", list.len()))
+    );
 }
 
 /// MEM.* nulls follow the negotiated protocol (HELLO 3, then HELLO 2). USER is given: cluster
