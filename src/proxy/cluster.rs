@@ -91,19 +91,19 @@ impl Nodes {
     /// The first read any connection finishes (pending while there are none): which one, and
     /// what it read into its buffer.
     async fn read_any(&mut self) -> (String, std::io::Result<usize>) {
-        let (i, r) = read_any(self.0.iter_mut()).await;
+        let (i, r) = read_any(&mut self.0, &mut []).await;
         (self.0[i].0.clone(), r)
     }
 }
 
-/// The first read any of `nodes` finishes (pending while there are none): its place among them,
-/// and what it read into its buffer.
-async fn read_any<'a>(
-    nodes: impl Iterator<Item = &'a mut (String, Node)>,
+/// The first read any connection of `a` then `b` finishes (pending while there are none): its
+/// place among them, and what it read into its buffer.
+async fn read_any(
+    a: &mut [(String, Node)],
+    b: &mut [(String, Node)],
 ) -> (usize, std::io::Result<usize>) {
-    let mut nodes: Vec<&mut (String, Node)> = nodes.collect();
     std::future::poll_fn(|cx| {
-        for (i, (_, node)) in nodes.iter_mut().enumerate() {
+        for (i, (_, node)) in a.iter_mut().chain(b.iter_mut()).enumerate() {
             if node.buf.capacity() - node.buf.len() < READ_ROOM / 4 {
                 node.buf.reserve(READ_ROOM);
             }
@@ -858,6 +858,7 @@ impl Session {
             intake,
             shutdown,
             quiet,
+            state,
             ..
         } = self;
         let i = nodes
@@ -868,6 +869,7 @@ impl Session {
         // Once memproxy shuts down the client is no longer read (polled only while waiting).
         let mut stopping = *shutdown.borrow();
         let mut stop = std::pin::pin!(shutdown.changed());
+        let resp3 = state.protocol == Protocol::Resp3;
         loop {
             let mut pushed = false;
             let n = &mut nodes.0[i].1;
@@ -913,7 +915,8 @@ impl Session {
                     stopping = true;
                     None
                 }
-                read = read_any(before.iter_mut().chain(after.iter_mut())) => Some(read),
+                // Pushes exist under RESP3 only (a subscribed client is a tunnel).
+                read = read_any(before, after), if resp3 => Some(read),
             };
             if let Some((j, read)) = other {
                 // `j` counts the other connections: past `i`, one more.
