@@ -43,7 +43,7 @@ use super::state::{self, Change, Replies};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{is_unsubscribe_push, Protocol, Reply, Request, Scanner};
-use crate::upstream::{Broken, Link, Lost, ReplyMode, Stream};
+use crate::upstream::{Broken, Link, Lost, ReplyMode, Stream, REPLY_OFF, REPLY_ON};
 
 /// What the proxy needs to know of a reply to keep its view of the connection right.
 #[derive(Debug)]
@@ -95,9 +95,8 @@ enum Slot {
     /// that its answer says whether the change took effect; neither reaches the client. Queued as
     /// a [`Slot::Discard`] (the ON's `+OK`) and a [`Slot::Silent`].
     Unheard(Change, ReplyMode),
-    /// A reply that changes the proxy's view of the connection, not passed on (see
-    /// [`Slot::Unheard`]).
-    Silent(Track),
+    /// The reply to a [`Slot::Unheard`] change: applied unless an error, not passed on.
+    Silent(Change),
     /// `CLIENT REPLY OFF|SKIP`, which Redis answers only when it refuses it (NOAUTH, NOPERM): a
     /// `CLIENT REPLY ON` of the proxy's own goes just before it, and its answer says which.
     /// Nothing behind it is framed until then (their replies depend on it).
@@ -105,11 +104,9 @@ enum Slot {
 }
 
 /// The probe sent before a client's `CLIENT REPLY OFF|SKIP` (ON changes nothing when the client's
-/// replies are on, and is refused exactly when OFF and SKIP are).
-const PROBE: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
-
-/// Replies off again after a [`Slot::Unheard`] change (Redis answers it nothing).
-const OFF: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
+/// replies are on, and is refused exactly when OFF and SKIP are); also what asks a
+/// [`Slot::Unheard`] change with replies on (`REPLY_OFF` after it under OFF).
+const PROBE: &[u8] = REPLY_ON;
 
 /// Slots queued without a reply yet, beyond which the proxy stops reading from the client.
 const MAX_PENDING: usize = 100_000;
@@ -526,11 +523,11 @@ impl Session {
                             t.extend_from_slice(PROBE);
                             t.extend_from_slice(&bytes);
                             if mode == ReplyMode::Off {
-                                t.extend_from_slice(OFF);
+                                t.extend_from_slice(REPLY_OFF);
                             }
                             // The ON's +OK is dropped (owed no error if the upstream breaks).
                             self.slots.push_back(Slot::Discard(1));
-                            self.push_slot(Slot::Silent(Track::Change(change)));
+                            self.push_slot(Slot::Silent(change));
                         }
                         Some(Slot::Dropped) => {}
                         Some(Slot::Probe(m)) => {
@@ -632,11 +629,11 @@ impl Session {
                 Some(Slot::Silent(_)) => {
                     let Some(len) = frame else { return Ok(()) };
                     let frame = self.ubuf.split_to(len);
-                    let Some(Slot::Silent(track)) = self.slots.pop_front() else {
+                    let Some(Slot::Silent(change)) = self.slots.pop_front() else {
                         unreachable!()
                     };
                     self.pending -= 1;
-                    self.track(track, &frame);
+                    change.apply(&frame, &mut self.state);
                 }
                 Some(Slot::Probe(_)) => {
                     let Some(len) = frame else { return Ok(()) };

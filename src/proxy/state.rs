@@ -76,8 +76,8 @@ impl Replies {
 
 /// The error line a request answers inside MULTI when memproxy does not queue it, in both
 /// sessions (the transaction goes on without it): a MEM.* (it runs only outside a transaction),
-/// `CLIENT REPLY OFF|SKIP` (with which Redis itself cuts EXEC's reply short; ON is queued as any
-/// command) and the (un)subscribe commands (whose replies Redis sends beside EXEC's reply: one
+/// `CLIENT REPLY OFF|SKIP` (with which Redis itself cuts EXEC's reply short) and the (un)subscribe
+/// commands (whose replies Redis sends beside EXEC's reply: one
 /// frame a channel, and a SUBSCRIBE leaves the connection subscribed). `CLIENT REPLY ON` is queued
 /// as any command while replies are on (it changes nothing), and refused while they are off (EXEC
 /// would turn them on halfway through its own reply, which Redis then sends in part: no array

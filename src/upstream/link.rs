@@ -26,7 +26,8 @@ pub enum ReplyMode {
 
 /// `CLIENT REPLY OFF`, sent after a command that ran under OFF to put the mode back.
 pub const REPLY_OFF: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
-const REPLY_ON: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
+/// `CLIENT REPLY ON`, sent before the calls of a command that runs under OFF or SKIP.
+pub const REPLY_ON: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
 
 /// One command: its arguments.
 pub type Cmd = Vec<Vec<u8>>;

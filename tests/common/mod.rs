@@ -1408,13 +1408,7 @@ pub fn skip_is_spent_on_a_mem_answered_by_the_proxy(proxy: &Proxy) {
 /// SKIP and UNSUBSCRIBE-in-MULTI differences fixed on 2026-12-07, and RESET inside a cluster
 /// transaction (refused, failing the transaction; Redis runs it at once).
 pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds: usize) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as usize
-    };
+    let mut next = draws(seed);
     let pool: &[&[&str]] = &[
         &["PING"],
         &["ECHO", "w"],
@@ -1455,62 +1449,95 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
     ];
     let reference = SocketAddr::from(([127, 0, 0, 1], reference.port));
     for round in 0..rounds {
-        let mut cmds: Vec<&[&str]> = Vec::new();
-        let (mut in_multi, mut off) = (false, false);
-        for _ in 0..1 + next(14) {
-            let c = pool[next(pool.len())];
-            // What memproxy refuses inside MULTI (above): the (un)subscribe commands, CLIENT
-            // REPLY but ON while replies are on.
-            let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
-            let refused =
-                (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on) || c[0].ends_with("SUBSCRIBE");
-            if in_multi && (refused || c[0] == "HELLO") {
-                continue;
-            }
-            if c[0] == "HELLO" && !off {
-                cmds.push(&["CLIENT", "REPLY", "SKIP"]);
-            }
-            match c {
-                ["MULTI"] => in_multi = true,
-                ["EXEC"] | ["DISCARD"] => in_multi = false,
-                ["CLIENT", "REPLY", "OFF"] => off = true,
-                ["CLIENT", "REPLY", "ON"] if !in_multi => off = false,
-                ["RESET"] => (in_multi, off) = (false, false),
-                _ => {}
-            }
-            cmds.push(c);
-        }
+        let cmds = random_pipeline(pool, &mut next, 14);
         let mut outs = Vec::new();
         for (side, addr) in [("p", proxy.addr), ("r", reference)] {
             let key = format!("{{dfz{side}{seed}-{round}}}");
-            let mut burst = Vec::new();
-            for c in &cmds {
-                let args: Vec<String> = c
-                    .iter()
-                    .map(|a| a.replace("K:", &format!("{key}:")))
-                    .collect();
-                let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-                burst.extend(encode(&args));
-            }
-            burst.extend(encode(&[b"DISCARD"]));
-            burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
-            burst.extend(encode(&[b"ECHO", b"END"]));
-            let mut c = Raw::connect(addr);
-            c.send(&burst);
-            let mut got = Vec::new();
-            loop {
-                let frame = c.read();
-                if frame == b"$3\r\nEND\r\n" {
-                    break;
-                }
-                got.extend(frame);
-                assert!(got.len() < 1 << 20, "{cmds:?}");
-            }
+            let got = answers_to(Raw::connect(addr), &burst_of(&cmds, &key), 1 << 20, &cmds);
             // Keys in replies (BLPOP's) are the side's own: named alike.
-            outs.push(String::from_utf8_lossy(&got).replace(&key, "{dfz}"));
+            outs.push(got.replace(&key, "{dfz}"));
         }
         assert_eq!(outs[0], outs[1], "seed {seed} round {round}: {cmds:?}");
     }
+}
+
+/// The differential runs' draws: `next(n)` is in `0..n`, the same sequence for the same seed
+/// (xorshift).
+fn draws(seed: u64) -> impl FnMut(usize) -> usize {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    }
+}
+
+/// One random pipeline of 1 to `most` commands from `pool`, less what memproxy refuses inside
+/// MULTI (the (un)subscribe commands, CLIENT REPLY but ON while replies are on) and HELLO there;
+/// a HELLO outside goes under CLIENT REPLY SKIP (its own reply differs: ids, "mode").
+fn random_pipeline<'a>(
+    pool: &[&'a [&'a str]],
+    next: &mut impl FnMut(usize) -> usize,
+    most: usize,
+) -> Vec<&'a [&'a str]> {
+    let mut cmds: Vec<&[&str]> = Vec::new();
+    let (mut in_multi, mut off) = (false, false);
+    for _ in 0..1 + next(most) {
+        let c = pool[next(pool.len())];
+        let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
+        let refused =
+            (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on) || c[0].ends_with("SUBSCRIBE");
+        if in_multi && (refused || c[0] == "HELLO") {
+            continue;
+        }
+        if c[0] == "HELLO" && !off {
+            cmds.push(&["CLIENT", "REPLY", "SKIP"]);
+        }
+        match c {
+            ["MULTI"] => in_multi = true,
+            ["EXEC"] | ["DISCARD"] => in_multi = false,
+            ["CLIENT", "REPLY", "OFF"] => off = true,
+            ["CLIENT", "REPLY", "ON"] if !in_multi => off = false,
+            ["RESET"] => (in_multi, off) = (false, false),
+            _ => {}
+        }
+        cmds.push(c);
+    }
+    cmds
+}
+
+/// `cmds` in one write, `K:` naming keys under `key`, then DISCARD, CLIENT REPLY ON and an
+/// `ECHO END` that marks the end of the answers.
+fn burst_of(cmds: &[&[&str]], key: &str) -> Vec<u8> {
+    let mut burst = Vec::new();
+    for c in cmds {
+        let args: Vec<String> = c
+            .iter()
+            .map(|a| a.replace("K:", &format!("{key}:")))
+            .collect();
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        burst.extend(encode(&args));
+    }
+    burst.extend(encode(&[b"DISCARD"]));
+    burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
+    burst.extend(encode(&[b"ECHO", b"END"]));
+    burst
+}
+
+/// Every answer to `burst` before its `ECHO END`, as text (at most `limit` bytes).
+fn answers_to(mut c: Raw, burst: &[u8], limit: usize, cmds: &[&[&str]]) -> String {
+    c.send(burst);
+    let mut got = Vec::new();
+    loop {
+        let frame = c.read();
+        if frame == b"$3\r\nEND\r\n" {
+            break;
+        }
+        got.extend(frame);
+        assert!(got.len() < limit, "{cmds:?}");
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// A differential run between the two sessions: `rounds` random pipelines mixing MEM.* verbs
@@ -1521,13 +1548,7 @@ pub fn answers_as_redis_does(proxy: &Proxy, reference: &Redis, seed: u64, rounds
 /// TTLs and stream ids are named alike. Every request gives USER, always the same one (a thread's
 /// name is its user's own in cluster mode: PROTOCOL §6).
 pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u64, rounds: usize) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as usize
-    };
+    let mut next = draws(seed);
     let pool: &[&[&str]] = &[
         &["MEM.PING"],
         &["MEM.PING", "extra"],
@@ -1655,54 +1676,12 @@ pub fn sessions_answer_mem_verbs_alike(single: &Proxy, cluster: &Proxy, seed: u6
         &["GET"],
     ];
     for round in 0..rounds {
-        let mut cmds: Vec<&[&str]> = Vec::new();
-        let (mut in_multi, mut off) = (false, false);
-        for _ in 0..1 + next(12) {
-            let c = pool[next(pool.len())];
-            let queued_on = c == ["CLIENT", "REPLY", "ON"] && !off;
-            if in_multi && (c.starts_with(&["CLIENT", "REPLY"]) && !queued_on || c[0] == "HELLO") {
-                continue;
-            }
-            if c[0] == "HELLO" && !off {
-                cmds.push(&["CLIENT", "REPLY", "SKIP"]);
-            }
-            match c {
-                ["MULTI"] => in_multi = true,
-                ["EXEC"] | ["DISCARD"] => in_multi = false,
-                ["CLIENT", "REPLY", "OFF"] => off = true,
-                ["CLIENT", "REPLY", "ON"] if !in_multi => off = false,
-                _ => {}
-            }
-            cmds.push(c);
-        }
-        let key = format!("{{mdz{seed}-{round}}}");
-        let mut burst = Vec::new();
-        for c in &cmds {
-            let args: Vec<String> = c
-                .iter()
-                .map(|a| a.replace("K:", &format!("{key}:")))
-                .collect();
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            burst.extend(encode(&args));
-        }
-        burst.extend(encode(&[b"DISCARD"]));
-        burst.extend(encode(&[b"CLIENT", b"REPLY", b"ON"]));
-        burst.extend(encode(&[b"ECHO", b"END"]));
-        let mut outs = Vec::new();
-        for proxy in [single, cluster] {
-            let mut c = proxy.raw();
-            c.send(&burst);
-            let mut got = Vec::new();
-            loop {
-                let frame = c.read();
-                if frame == b"$3\r\nEND\r\n" {
-                    break;
-                }
-                got.extend(frame);
-                assert!(got.len() < 1 << 22, "{cmds:?}");
-            }
-            outs.push(ids_named_alike(&String::from_utf8_lossy(&got)));
-        }
+        let cmds = random_pipeline(pool, &mut next, 12);
+        let burst = burst_of(&cmds, &format!("{{mdz{seed}-{round}}}"));
+        let outs: Vec<String> = [single, cluster]
+            .iter()
+            .map(|p| ids_named_alike(&answers_to(p.raw(), &burst, 1 << 22, &cmds)))
+            .collect();
         assert_eq!(outs[0], outs[1], "seed {seed} round {round}: {cmds:?}");
     }
 }
