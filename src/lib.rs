@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! client ──RESP──▶ proxy::server (accept, limits, shutdown)
-//!                    ├─ proxy::single: one upstream connection per client
-//!                    └─ proxy::cluster: one connection per master, routed by proxy::route
+//!                    └─ proxy::core: one session code per client, classified by proxy::route;
+//!                       one upstream connection (a Redis, a Sentinel's primary), or one per
+//!                       master of a cluster, routed by slot
 //!                         ├─ ordinary → upstream, original bytes
 //!                         └─ MEM.*    → mem::dispatch (parse once, route by user) → mem::<verb>
 //! mem::<verb> ──▶ embed (handle → bounded queue → model threads, batching, cache)

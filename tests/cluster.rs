@@ -1727,41 +1727,13 @@ fn auth_and_hello_as_an_acl_user_on_every_master() {
     auth_and_hello_as_an_acl_user(&s.proxy, |args| on_every_master(s, args));
 }
 
-/// A MEM.* that times out on the master holding the client's WATCH costs that connection, and
-/// the WATCH with it: the next EXEC fails as it would had a watched key been touched (it had
-/// run unconditionally on a new connection).
+/// A MEM.* that times out on the master holding the client's WATCH keeps that connection (its
+/// late replies dropped), and the WATCH with it, as in single mode.
 #[test]
-fn a_watch_lost_with_its_connection_fails_the_exec() {
+fn a_timed_out_mem_command_keeps_its_watch() {
     let cluster = ClusterNodes::start(1);
     let proxy = Proxy::start(&cluster.nodes[0].url(), |c| c.op_timeout_ms = 300);
-    let user = unique("watch-lost");
-    let key = unique("watch-lost-key");
-    let mut c = proxy.client();
-    // The index exists and the script is loaded: the timed-out call is the verb's own.
-    q(
-        &mut c,
-        &["MEM.REMEMBER", "The user drinks tea.", "USER", &user],
-    );
-    assert_eq!(as_str(&q(&mut c, &["WATCH", &key])), "OK");
-    let mut d = direct(&cluster.nodes[0]);
-    q(&mut d, &["CLIENT", "PAUSE", "1500", "ALL"]);
-    let e = err(
-        &mut c,
-        &["MEM.REMEMBER", "The user drinks coffee.", "USER", &user],
-    );
-    assert!(e.contains("timeout"), "{e}");
-    // Answered once the pause is over.
-    q(&mut d, &["PING"]);
-    assert_eq!(as_str(&q(&mut c, &["MULTI"])), "OK");
-    assert_eq!(as_str(&q(&mut c, &["SET", &key, "v"])), "QUEUED");
-    assert_eq!(q(&mut c, &["EXEC"]), Value::Nil);
-    assert_eq!(q(&mut c, &["GET", &key]), Value::Nil);
-    // A new WATCH after that EXEC holds again.
-    assert_eq!(as_str(&q(&mut c, &["WATCH", &key])), "OK");
-    assert_eq!(as_str(&q(&mut c, &["MULTI"])), "OK");
-    assert_eq!(as_str(&q(&mut c, &["SET", &key, "w"])), "QUEUED");
-    assert_eq!(items(&q(&mut c, &["EXEC"])).len(), 1);
-    assert_eq!(as_str(&q(&mut c, &["GET", &key])), "w");
+    common::a_timed_out_mem_command_keeps_its_watch(&proxy, || direct(&cluster.nodes[0]));
 }
 
 #[test]

@@ -264,6 +264,15 @@ fn upstream_killed_during_a_mem_command() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
+/// A MEM.* that times out keeps the client's connection (its late replies dropped), and the
+/// WATCH on it.
+#[test]
+fn a_timed_out_mem_command_keeps_its_watch() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |c| c.op_timeout_ms = 300);
+    common::a_timed_out_mem_command_keeps_its_watch(&proxy, || direct(&redis));
+}
+
 #[test]
 fn client_reply_is_checked_by_redis() {
     let s = shared();

@@ -1,12 +1,11 @@
 //! The Redis-facing side: accept clients and run their sessions.
 //!
 //! - [`server`]: the accept loop (TCP or unix), max clients, graceful shutdown; it starts a
-//!   [`single`] session in front of one Redis (or a Sentinel-monitored primary) and a
-//!   [`cluster`] session in front of a Redis Cluster;
-//! - [`single`]: a client's session with its own upstream connection: original bytes both ways,
-//!   MEM.* run on that connection in the request's reply slot;
-//! - [`cluster`]: a client's session with one connection per master it uses, requests routed by
-//!   [`route`];
+//!   session for each client;
+//! - [`core`]: a client's session, one code in front of one Redis, a Sentinel-monitored primary
+//!   or a Redis Cluster: in front of one Redis the client has one upstream connection, in front
+//!   of a cluster one connection per master it uses, requests routed by [`route`]; original
+//!   bytes both ways, MEM.* run on the client's own connection in the request's turn;
 //! - [`clients`]: client ids in cluster mode (CLIENT ID, CLIENT UNBLOCK across masters);
 //! - [`info`]: INFO over a cluster's masters read as one Redis (counters and keyspaces summed);
 //! - [`route`]: the command table — how each command is classified and, in cluster mode, routed
@@ -19,10 +18,9 @@
 //! MEM.* go from both sessions to the same verb code ([`crate::mem`]).
 
 pub mod clients;
-pub mod cluster;
+pub mod core;
 pub mod info;
 pub mod route;
 pub mod server;
 pub mod session;
-pub mod single;
 pub mod state;

@@ -206,6 +206,21 @@ pub fn kind<A: AsRef<[u8]>>(args: &[A]) -> Kind {
     }
 }
 
+/// [`kind`] for a single session: the cluster-only kinds (split by slot, every master, SCAN,
+/// CONFIG SET, memproxy's own CLIENT ID and UNBLOCK, refused) are plain requests there.
+pub fn kind_single<A: AsRef<[u8]>>(args: &[A]) -> Kind {
+    match kind(args) {
+        Kind::Split(_)
+        | Kind::Every(_)
+        | Kind::Scan
+        | Kind::Config
+        | Kind::ClientId
+        | Kind::ClientUnblock
+        | Kind::Refused(_) => Kind::Plain,
+        k => k,
+    }
+}
+
 /// Where a command's keys hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {

@@ -14,7 +14,6 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use super::single;
 use crate::engine::Engine;
 use crate::upstream::Stream;
 
@@ -115,10 +114,8 @@ impl Server {
                     let engine = self.engine.clone();
                     let stop = stop_rx.clone();
                     conns.spawn(async move {
-                        match engine.cluster.clone() {
-                            Some(c) => crate::proxy::cluster::serve(socket, engine, c, stop).await,
-                            None => single::serve(socket, engine, stop).await,
-                        }
+                        let cluster = engine.cluster.clone();
+                        super::core::serve(socket, engine, cluster, stop).await;
                         drop(permit);
                     });
                     // Reap finished connections so the set does not grow.

@@ -1,5 +1,5 @@
 //! The proxy's view of a client connection's state (protocol, user, database, CLIENT REPLY), and
-//! how a request changes it — written once for single and cluster sessions.
+//! how a request changes it — written once for every upstream (single and cluster).
 //!
 //! Sessions classify a request with [`route::kind`](super::route::kind), take its [`Change`] with
 //! [`Change::of`] before sending it, and [`Change::apply`] it when Redis's reply is not an error.
@@ -7,7 +7,17 @@
 use super::route::{Conn, Kind};
 use crate::engine::ClientState;
 use crate::resp::Protocol;
-use crate::upstream::ReplyMode;
+
+/// The `CLIENT REPLY` mode a request runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    /// `CLIENT REPLY OFF`: nothing is answered until ON.
+    Off,
+    /// `CLIENT REPLY SKIP`: the next request is not answered.
+    Skip,
+}
 
 /// `CLIENT REPLY` as Redis keeps it for a connection: OFF until ON, SKIP for the next request.
 #[derive(Debug, Default, Clone, Copy)]

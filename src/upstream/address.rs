@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::link::{Cmd, Link, ReplyMode};
+use super::link::{Cmd, Link};
 use super::tls::tls_connector;
 use crate::error::{MemError, MemResult};
 
@@ -275,7 +275,7 @@ impl UpstreamAddr {
             .connect(timeout)
             .await
             .map_err(|e| MemError::upstream(format!("unavailable: {e}")))?;
-        let mut link = Link::new(stream, BytesMut::new(), ReplyMode::On, timeout);
+        let mut link = Link::new(stream, BytesMut::new(), timeout);
         let mut setup: Vec<Cmd> = Vec::new();
         if let Some(p) = &self.password {
             let mut auth = vec![b"AUTH".to_vec()];

@@ -1,6 +1,6 @@
-//! [`Link`]: the client's upstream socket lent to one MEM.* command — pipelined calls, the
-//! client's CLIENT REPLY mode kept, push frames set aside for the session, replies owed after
-//! a timeout counted so the connection stays in step.
+//! [`Link`]: the client's upstream socket lent to one MEM.* command — pipelined calls, push
+//! frames set aside for the session, replies owed after a timeout counted so the connection
+//! stays in step. (CLIENT REPLY is the session's: the connection always answers.)
 
 use std::time::Duration;
 
@@ -12,22 +12,6 @@ use super::address::Stream;
 use super::lost::{Broken, Lost};
 use crate::error::{MemError, MemResult};
 use crate::resp::Scanner;
-
-/// The connection's `CLIENT REPLY` mode when the MEM.* command runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReplyMode {
-    #[default]
-    On,
-    /// `CLIENT REPLY OFF`: the command's own calls are wrapped in `CLIENT REPLY ON` … `OFF`.
-    Off,
-    /// `CLIENT REPLY SKIP` applies to this command: its calls turn replies on (the skip is spent).
-    Skip,
-}
-
-/// `CLIENT REPLY OFF`, sent after a command that ran under OFF to put the mode back.
-pub const REPLY_OFF: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
-/// `CLIENT REPLY ON`, sent before the calls of a command that runs under OFF or SKIP.
-pub const REPLY_ON: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n";
 
 /// One command: its arguments.
 pub type Cmd = Vec<Vec<u8>>;
@@ -42,8 +26,6 @@ pub struct Link {
     /// The connection can no longer be trusted (I/O error, timeout mid-reply): the session
     /// answers an error and closes the client, as for any upstream loss.
     pub broken: Option<Lost>,
-    /// The mode the command runs under; after the first call under OFF/SKIP replies are on.
-    pub mode: ReplyMode,
     /// Replies still owed by the upstream after a timeout: the session discards them when they
     /// come, so the connection stays in step and the client keeps it.
     pub owed: usize,
@@ -56,37 +38,22 @@ pub struct Link {
     /// In cluster mode, after `ASK`: every call is sent after `ASKING` (the slot is being
     /// imported here).
     pub asking: bool,
-    turned_on: bool,
     timeout: Duration,
 }
 
 impl Link {
-    pub fn new(stream: Stream, buf: BytesMut, mode: ReplyMode, timeout: Duration) -> Link {
+    pub fn new(stream: Stream, buf: BytesMut, timeout: Duration) -> Link {
         Link {
             stream,
             buf,
             pushes: BytesMut::new(),
             broken: None,
-            mode,
             owed: 0,
             admitted: false,
             refused: false,
             node: None,
             asking: false,
-            turned_on: false,
             timeout,
-        }
-    }
-
-    /// After the command: what to send upstream to restore the client's reply mode, and how
-    /// many replies that owes. Under OFF, OFF again once the calls turned replies on. Under SKIP
-    /// with no call made (a MEM.* answered by the proxy alone), Redis still holds the SKIP for
-    /// the next command it gets: a CLIENT REPLY ON spends it (its `+OK` is owed).
-    pub fn restore(&self) -> (&'static [u8], usize) {
-        match self.mode {
-            ReplyMode::Off if self.turned_on => (REPLY_OFF, 0),
-            ReplyMode::Skip if !self.turned_on => (REPLY_ON, 1),
-            _ => (b"", 0),
         }
     }
 
@@ -124,10 +91,6 @@ impl Link {
 
     async fn exchange(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, Broken> {
         let mut out = Vec::new();
-        let wrap = self.mode != ReplyMode::On && !self.turned_on;
-        if wrap {
-            out.extend_from_slice(REPLY_ON);
-        }
         for c in cmds {
             if self.asking {
                 out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
@@ -136,16 +99,11 @@ impl Link {
         }
         let asked = if self.asking { cmds.len() } else { 0 };
         // Counted before the write: if the exchange is cut short, what is owed is known.
-        self.owed = cmds.len() + usize::from(wrap) + asked;
+        self.owed = cmds.len() + asked;
         self.stream
             .write_all(&out)
             .await
             .map_err(|e| Broken::Write(e.to_string()))?;
-        if wrap {
-            self.turned_on = true;
-            self.read_reply().await?;
-            self.owed -= 1;
-        }
         let mut replies = Vec::with_capacity(cmds.len());
         for _ in cmds {
             if asked > 0 {

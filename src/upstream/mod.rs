@@ -24,5 +24,5 @@ pub mod sentinel;
 pub mod tls;
 
 pub use address::{AsyncStream, ConnectError, Stream, UpstreamAddr, UpstreamSettings};
-pub use link::{encode, Cmd, Link, ReplyMode, REPLY_OFF, REPLY_ON};
+pub use link::{encode, Cmd, Link};
 pub use lost::{Broken, Lost};

@@ -18,7 +18,7 @@ use bytes::BytesMut;
 use redis::Value;
 
 use crate::resp::read::{array, text};
-use crate::upstream::{Link, ReplyMode};
+use crate::upstream::Link;
 
 #[derive(Clone)]
 pub struct Sentinels {
@@ -233,7 +233,7 @@ impl Sentinels {
                 Box::new(tls)
             }
         };
-        let mut link = Link::new(stream, BytesMut::new(), ReplyMode::On, timeout);
+        let mut link = Link::new(stream, BytesMut::new(), timeout);
         let args =
             |a: &[&str]| -> Vec<Vec<u8>> { a.iter().map(|s| s.as_bytes().to_vec()).collect() };
         if let Some((user, password)) = &self.auth {

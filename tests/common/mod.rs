@@ -1952,6 +1952,49 @@ pub fn state_changed_under_client_reply_off_is_followed(proxy: &Proxy) {
 /// CLIENT TRACKING (RESP3): keys the client read and another client then changes are
 /// invalidated by pushes that reach the client while it sends nothing (in cluster mode from
 /// whichever master holds each key); BCAST with a prefix too.
+/// A MEM.* that times out (Redis paused) leaves its late replies to be dropped when they come:
+/// the client keeps its connection, and the WATCH on it holds — a watched key touched meanwhile
+/// fails the EXEC, an untouched one lets it run. (`proxy`: `op_timeout_ms` 300.)
+pub fn a_timed_out_mem_command_keeps_its_watch(
+    proxy: &Proxy,
+    direct: impl Fn() -> redis::Connection,
+) {
+    let user = unique("watch-kept");
+    let key = unique("watch-kept-key");
+    let mut c = proxy.client();
+    // The index exists and the script is loaded: the timed-out call is the verb's own.
+    q(
+        &mut c,
+        &["MEM.REMEMBER", "The user drinks tea.", "USER", &user],
+    );
+    assert_eq!(as_str(&q(&mut c, &["WATCH", &key])), "OK");
+    let mut d = direct();
+    q(&mut d, &["CLIENT", "PAUSE", "1500", "ALL"]);
+    let e = err(
+        &mut c,
+        &["MEM.REMEMBER", "The user drinks coffee.", "USER", &user],
+    );
+    assert!(e.contains("timeout"), "{e}");
+    // Answered once the pause is over; then the watched key is touched by another client.
+    q(&mut d, &["PING"]);
+    q(&mut d, &["SET", &key, "x"]);
+    assert_eq!(as_str(&q(&mut c, &["MULTI"])), "OK");
+    assert_eq!(as_str(&q(&mut c, &["SET", &key, "v"])), "QUEUED");
+    assert_eq!(q(&mut c, &["EXEC"]), redis::Value::Nil, "the WATCH held");
+    assert_eq!(as_str(&q(&mut c, &["GET", &key])), "x");
+    // The late replies were dropped: the connection answers in step.
+    assert_eq!(as_str(&q(&mut c, &["WATCH", &key])), "OK");
+    assert_eq!(as_str(&q(&mut c, &["MULTI"])), "OK");
+    assert_eq!(as_str(&q(&mut c, &["SET", &key, "w"])), "QUEUED");
+    assert_eq!(items(&q(&mut c, &["EXEC"])).len(), 1);
+    assert_eq!(as_str(&q(&mut c, &["GET", &key])), "w");
+    let hits = q(
+        &mut c,
+        &["MEM.RECALL", "tea", "USER", &user, "MODE", "rank"],
+    );
+    assert!(!items(&hits).is_empty());
+}
+
 pub fn tracking_invalidations_reach_an_idle_client(proxy: &Proxy) {
     let keys: Vec<String> = (0..8).map(|i| unique(&format!("tracked{i}"))).collect();
     let mut a = proxy.raw();

@@ -1,13 +1,13 @@
 //! The Redis Cluster behind memproxy: what is known of it, not how a session uses it
-//! ([`crate::proxy::cluster`] and [`crate::proxy::route`] do that).
+//! ([`crate::proxy::core`] and [`crate::proxy::route`] do that).
 //!
 //! - [`slot`]: hash slots and hash tags (and the tag memproxy gives a user's keys);
 //! - [`topology`]: the slot map and the command table, learnt from the nodes and refreshed on
 //!   `MOVED`.
 //!
 //! Cluster mode is chosen at start: `cluster = true` forces it, `false` rules it out, and by
-//! default the upstream node is asked (`INFO cluster`). Single-Redis mode ([`crate::proxy::single`]) is
-//! untouched by it.
+//! default the upstream node is asked (`INFO cluster`). In front of one Redis the session core
+//! ([`crate::proxy::core`]) holds no cluster and routes nothing.
 
 pub mod slot;
 pub mod topology;

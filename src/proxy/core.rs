@@ -1,19 +1,29 @@
-//! One client session in cluster mode: the client sees one plain Redis; behind it the session
-//! keeps one connection per master it has used (opened when first needed, with the client's
-//! AUTH / HELLO / CLIENT SETNAME replayed on it), and sends each request where
-//! [`route`] says.
+//! The session core: one client session, whatever the upstream — one Redis, the primary a
+//! Sentinel names, or a Redis Cluster's masters. Single and cluster sessions are this one code;
+//! they differ only in where a request goes ([`Upstreams`]): to the one upstream connection, or
+//! by slot to the connection to its master (opened when first needed, with the client's AUTH /
+//! HELLO / CLIENT SETNAME replayed on it), as [`route`] says.
 //!
-//! Invariants (as in single mode, [`crate::proxy::single`]):
+//! Invariants:
 //! - every request that Redis would answer gets exactly one reply, in request order; requests
-//!   framed together are sent together (one write per master) and their replies taken in order;
+//!   framed together are sent together (one write per connection) and their replies taken in
+//!   order;
 //! - ordinary requests and replies are forwarded byte for byte, except where a reply is merged
-//!   from several masters (split MGET/DEL/…, KEYS, DBSIZE, SCAN's cursor);
-//! - `MOVED` is followed (and the slot map read again), `ASK` is followed with `ASKING`, up to
-//!   [`MAX_REDIRECTS`] times; the client never sees either;
+//!   from several masters (split MGET/DEL/…, KEYS, DBSIZE, SCAN's cursor: cluster only);
+//! - CLIENT REPLY is kept by the session: the upstream always answers, and the session passes on
+//!   what the client asked for (so a silenced HELLO, AUTH or SELECT is still followed);
+//! - a MEM.* request runs when its turn comes, on the client's own connection (to its user's
+//!   master in cluster mode), lent to the verb as a [`Link`]: same ACL user, database, protocol;
+//! - in cluster mode `MOVED` is followed (and the slot map read again), `ASK` is followed with
+//!   `ASKING`, up to [`MAX_REDIRECTS`] times; the client never sees either (a single session
+//!   passes them on: its upstream is not a cluster as far as it knows);
 //! - while a reply is awaited the client is still read: a client that leaves closes every
-//!   upstream connection at once (nothing stays blocked on any master);
-//! - a master that breaks answers an error to every request of the batch not answered yet (none
-//!   under CLIENT REPLY OFF), and the client is closed, as when the single upstream breaks.
+//!   upstream connection at once (nothing stays blocked in Redis on its behalf); pushes are
+//!   passed on as they come;
+//! - after (P|S)SUBSCRIBE, MONITOR, SYNC/PSYNC or a protocol error the connection is a byte
+//!   tunnel to one node;
+//! - an upstream connection that breaks answers an error to every request of the batch not
+//!   answered yet (none under CLIENT REPLY OFF), and the client is closed.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -26,12 +36,12 @@ use tokio::sync::watch;
 use super::clients;
 use super::route::{self, Kind, Merge, Target, CROSSSLOT};
 use super::session::{End, Intake, Limits, Next, Tally};
-use super::state::{self, Change, Replies};
+use super::state::{self, Change, Replies, ReplyMode};
 use crate::engine::{ClientState, Engine};
 use crate::mem::catalog::CommandQuery;
 use crate::resp::{elements, is_unsubscribe_push, Protocol, Reply, Request, Scanner};
 use crate::upstream::cluster::topology::Cluster;
-use crate::upstream::{encode, Broken, Cmd, Link, Lost, ReplyMode, Stream};
+use crate::upstream::{encode, Broken, Cmd, Link, Lost, Stream};
 
 /// Redirections followed for one request before its last reply is passed on.
 pub const MAX_REDIRECTS: usize = 5;
@@ -45,13 +55,22 @@ const SCAN_NODES: u64 = 1024;
 /// A slot no master serves, as Redis Cluster words it.
 const CLUSTERDOWN: &str = "CLUSTERDOWN Hash slot not served";
 
-/// A client's connection to one master.
+/// Where requests go: the one upstream (a Redis, or a Sentinel's primary) or a cluster.
+type Upstreams = Option<Arc<Cluster>>;
+
+/// The name the one upstream connection of a single session goes by among [`Nodes`].
+const ONE: &str = "";
+
+/// A client's connection to one master (or to the one upstream).
 struct Node {
     stream: Stream,
     buf: BytesMut,
     scanner: Scanner,
     /// This connection's `CLIENT ID` on its master, asked before its first blocking command.
     id: Option<i64>,
+    /// Replies still owed to a MEM.* that gave up waiting (its timeout): dropped when they
+    /// come, so the connection stays in step and the client keeps it.
+    owed: usize,
 }
 
 /// The client's connections, by master (a handful: looked up by name, in order).
@@ -160,7 +179,11 @@ const READ_ROOM: usize = 16 * 1024;
 /// A master broke while a request awaited it: the session ends. The count of requests owed the
 /// error (1 here) is set by [`Session::run`], which knows how much of the batch was answered.
 fn lost(node: &str, broken: Broken) -> End {
-    End::UpstreamLost(Lost::at(node, broken), 1)
+    let lost = match node {
+        ONE => Lost::upstream(broken),
+        _ => Lost::at(node, broken),
+    };
+    End::UpstreamLost(lost, 1)
 }
 
 /// A MULTI, open on one master as the client sends it: Redis queues every command itself and
@@ -187,7 +210,8 @@ struct Tx {
 
 struct Session {
     engine: Arc<Engine>,
-    cluster: Arc<Cluster>,
+    /// `None` in front of one Redis: every request goes to [`ONE`].
+    cluster: Upstreams,
     rd: ReadHalf<Stream>,
     wr: WriteHalf<Stream>,
     cbuf: BytesMut,
@@ -204,9 +228,6 @@ struct Session {
     tx: Option<Tx>,
     /// The master a WATCH went to: the transaction must run there.
     watched: Option<String>,
-    /// The connection that held the WATCH was dropped (a MEM.* on it broke or timed out): the
-    /// keys are no longer watched, so the next EXEC fails as a touched key would make it fail.
-    watch_lost: bool,
     /// CLIENT REPLY: the masters always answer; the session passes on what the client asked for.
     replies: Replies,
     out: BytesMut,
@@ -219,21 +240,51 @@ struct Session {
     id: u64,
     registered: bool,
     /// Set when memproxy shuts down: nothing more is read from the client, what was read is
-    /// answered (as single mode drains).
+    /// answered.
     shutdown: watch::Receiver<bool>,
     /// A silenced request (CLIENT REPLY OFF|SKIP) is being served: what it adds to `out` is cut
     /// back afterwards ([`Session::silence`]), so pushes are not written out early meanwhile.
     quiet: bool,
 }
 
-/// Serve one accepted client in cluster mode until it or a master goes away.
+/// Serve one accepted client until it or its upstream goes away: in front of `cluster`'s
+/// masters, or (`None`) of the one upstream, connected to at once (a client that cannot be
+/// served is told so before it asks anything).
 pub async fn serve(
-    client: Stream,
+    mut client: Stream,
     engine: Arc<Engine>,
-    cluster: Arc<Cluster>,
+    cluster: Upstreams,
     shutdown: watch::Receiver<bool>,
 ) {
     let cfg = engine.config();
+    let tally = Tally::start(&engine);
+    let mut nodes = Nodes::default();
+    if cluster.is_none() {
+        match engine
+            .upstream_addr()
+            .connect(Duration::from_millis(cfg.op_timeout_ms))
+            .await
+        {
+            Ok(stream) => nodes.insert(
+                ONE.to_string(),
+                Node {
+                    stream,
+                    buf: BytesMut::new(),
+                    scanner: Scanner::default(),
+                    id: None,
+                    owed: 0,
+                },
+            ),
+            Err(reason) => {
+                let reason = reason.to_string().replace(['\r', '\n'], " ");
+                let line = format!("-ERR upstream unavailable: {reason}\r\n");
+                let _ = client.write_all(line.as_bytes()).await;
+                let _ = client.shutdown().await;
+                tally.end(&End::Unavailable(reason));
+                return;
+            }
+        }
+    }
     let (rd, wr) = tokio::io::split(client);
     let mut s = Session {
         timeout: Duration::from_millis(cfg.op_timeout_ms),
@@ -243,14 +294,13 @@ pub async fn serve(
         wr,
         cbuf: BytesMut::with_capacity(16 * 1024),
         intake: Intake::new(Limits::of(cfg)),
-        nodes: Nodes::default(),
+        home: (!nodes.0.is_empty()).then(|| ONE.to_string()),
+        nodes,
         run: Run::default(),
-        home: None,
         setup: Vec::new(),
         state: ClientState::default(),
         tx: None,
         watched: None,
-        watch_lost: false,
         replies: Replies::default(),
         out: BytesMut::new(),
         answered: 0,
@@ -259,14 +309,15 @@ pub async fn serve(
         shutdown,
         quiet: false,
     };
-    let tally = Tally::start(&engine);
     let end = s.run().await;
     if s.registered {
         clients::forget(s.id);
     }
     if let End::UpstreamLost(lost, owed) = &end {
-        // Every request of the batch not answered yet gets the error, as in single mode.
-        let _ = s.cluster.refresh().await;
+        // Every request of the batch not answered yet gets the error.
+        if let Some(c) = &s.cluster {
+            let _ = c.refresh().await;
+        }
         for _ in 0..*owed {
             s.error(&lost.line());
         }
@@ -278,7 +329,7 @@ pub async fn serve(
 
 /// The error lines owed when a master breaks while a batch is served: one for each request from
 /// `answered` on that Redis would have answered — none under CLIENT REPLY OFF or SKIP, one a
-/// channel for UNSUBSCRIBE (answered even under OFF), what single mode counts for its slots.
+/// channel for UNSUBSCRIBE (answered even under OFF).
 /// `before`: the client's reply mode and whether a transaction was open when the batch began
 /// (the batch's CLIENT REPLY, MULTI, EXEC and RESET are replayed over it).
 fn owed(
@@ -342,7 +393,7 @@ impl Session {
                         stop = Some(Err(line));
                         break;
                     }
-                    // As in single mode: the bytes go to Redis, which answers its own error
+                    // The bytes go to Redis, which answers its own error
                     // and closes the connection.
                     Next::Invalid(_) => {
                         stop = Some(Ok(()));
@@ -359,8 +410,8 @@ impl Session {
                 self.answered = 0;
                 match self.batch(bytes.clone(), &reqs).await {
                     Ok(()) => {}
-                    // Every request of the batch not answered yet is owed the error, as many
-                    // as single mode answers outstanding requests.
+                    // Every request of the batch not answered yet that Redis would have
+                    // answered is owed the error.
                     Err(End::UpstreamLost(lost, _)) => {
                         let owed = owed(before, &bytes, &reqs, self.answered);
                         return End::UpstreamLost(lost, owed);
@@ -382,7 +433,7 @@ impl Session {
                 return End::Drained;
             }
             // Idle: the client is read, and so are its masters, whose pushes (CLIENT TRACKING's
-            // invalidations) go to it as they come, as single mode forwards them. Pushes that
+            // invalidations) go to it as they come. Pushes that
             // came behind the last reply are passed on first.
             for i in 0..self.nodes.0.len() {
                 if self.nodes.0[i].1.buf.is_empty() {
@@ -417,8 +468,8 @@ impl Session {
     }
 
     /// Bytes came from `node` while nothing was asked of it (`read`, into its buffer): pushes,
-    /// passed on. Anything else (EOF: Redis closed the idle connection) ends the session as in
-    /// single mode.
+    /// passed on, and replies owed to a timed-out MEM.* dropped. Anything else (EOF: Redis
+    /// closed the idle connection) ends the session.
     async fn idle_read(&mut self, node: &str, read: std::io::Result<usize>) -> Result<(), End> {
         match read {
             Ok(0) => return Err(End::UpstreamLost(Lost::at(node, Broken::Closed), 0)),
@@ -436,6 +487,10 @@ impl Session {
                 Ok(Some((len, true))) => {
                     let f = n.buf.split_to(len);
                     self.out.extend_from_slice(&f);
+                }
+                Ok(Some((len, false))) if n.owed > 0 => {
+                    n.buf.advance(len);
+                    n.owed -= 1;
                 }
                 Ok(Some(_)) => {
                     let why = "a reply to no request".to_string();
@@ -495,7 +550,7 @@ impl Session {
     async fn batch(&mut self, bytes: Bytes, reqs: &[(Range<usize>, Request)]) -> Result<(), End> {
         // Reused from batch to batch (its masters stay known, its buffers keep their room).
         let mut run = std::mem::take(&mut self.run);
-        let mut topo = self.cluster.topology();
+        let mut topo = self.cluster.as_ref().map(|c| c.topology());
         let mut view: Vec<&[u8]> = Vec::with_capacity(8);
         // The run's length when the previous request's turn began: a request that did not join
         // the run was answered where it was handled (one that joined is, when passed on).
@@ -511,7 +566,10 @@ impl Session {
             let this = &bytes[raw.clone()];
             view.clear();
             view.extend((0..req.argc()).filter_map(|k| req.arg(this, k)));
-            let kind = route::kind(&view);
+            let kind = match self.cluster {
+                Some(_) => route::kind(&view),
+                None => route::kind_single(&view),
+            };
             if kind == Kind::ClientReply && self.tx.is_none() {
                 self.plain_run(&bytes, &mut run).await?;
                 self.client_reply(&view).await?;
@@ -537,15 +595,26 @@ impl Session {
                 }
                 continue;
             }
-            if matches!(kind, Kind::Plain | Kind::Split(_)) {
+            if kind == Kind::Plain && self.cluster.is_none() {
+                if !self.nodes.contains_key(ONE) {
+                    self.home().await?;
+                }
+                run.push(raw.clone(), Ok(ONE), silent);
+                if route::blocks(view[0]) {
+                    run.may_block();
+                }
+                continue;
+            }
+            if let (Some(cluster), Kind::Plain | Kind::Split(_)) = (self.cluster.as_ref(), kind) {
                 if run.reqs.is_empty() {
                     // The map as it is now (a redirection in the last run may have changed it).
-                    topo = self.cluster.topology();
+                    topo = Some(cluster.topology());
                 }
                 // Asked before its first blocking command on a master: the client's id there.
                 let blocks = route::blocks(view[0]);
                 // A split command whose keys share a slot is a plain request.
-                match route::target(&self.cluster, &view).await {
+                let target = route::target(cluster, &view).await;
+                match target {
                     Target::Cross if kind != Kind::Plain => {}
                     Target::Cross => {
                         run.push(raw.clone(), Err(CROSSSLOT), silent);
@@ -572,7 +641,7 @@ impl Session {
                         continue;
                     }
                     Target::Slot(s) => {
-                        match topo.master_of(s) {
+                        match topo.as_ref().and_then(|t| t.master_of(s)) {
                             Some(m) => run.push(raw.clone(), Ok(m), silent),
                             None => {
                                 let m = self.master_of(s).await;
@@ -605,10 +674,12 @@ impl Session {
                     .out
                     .extend_from_slice(format!(":{}\r\n", self.id).as_bytes()),
                 Kind::ClientUnblock => self.unblock(args).await?,
-                Kind::State(_) => match route::tracking_refused(&args) {
-                    Some(line) => self.error(line),
-                    None => self.state_cmd(kind, args).await?,
-                },
+                Kind::State(_) => {
+                    match route::tracking_refused(&args).filter(|_| self.cluster.is_some()) {
+                        Some(line) => self.error(line),
+                        None => self.state_cmd(kind, args).await?,
+                    }
+                }
                 Kind::Command => self.command(args).await?,
                 Kind::Reset => {
                     let f = self.everywhere(args).await?;
@@ -616,7 +687,6 @@ impl Session {
                     Change::Reset.apply(&f, &mut self.state);
                     self.tx = None;
                     self.watched = None;
-                    self.watch_lost = false;
                     if self.replies.reset(mode) {
                         // Answered under OFF too: RESET turns replies on before it answers.
                         continue;
@@ -632,7 +702,7 @@ impl Session {
                 Kind::Exec => self.exec(args).await?,
                 Kind::Discard => self.discard(args).await?,
                 Kind::Watch => self.watch(args).await?,
-                Kind::Unwatch => match self.watched.take().inspect(|_| self.watch_lost = false) {
+                Kind::Unwatch => match self.watched.take() {
                     Some(node) => {
                         let f = self.one(&node, &args).await?;
                         self.out.extend_from_slice(&f);
@@ -644,7 +714,7 @@ impl Session {
                 Kind::Config => self.every(args, Merge::First).await?,
                 Kind::Scan => self.scan(args).await?,
                 Kind::Mem => {
-                    // As in single mode: once a MEM.* got past Redis's authentication and rights
+                    // Once a MEM.* got past Redis's authentication and rights
                     // checks, the MEM.* framed behind it are embedded ahead of their turn (the
                     // model batches them while this one runs).
                     if self.state.trusted && prefetched <= i {
@@ -710,11 +780,22 @@ impl Session {
 
     /// The master of `slot` (the map read again once if no master serves it).
     async fn master_of(&self, slot: u16) -> Option<String> {
-        if let Some(m) = self.cluster.topology().master_of(slot) {
+        let Some(cluster) = &self.cluster else {
+            return Some(ONE.to_string());
+        };
+        if let Some(m) = cluster.topology().master_of(slot) {
             return Some(m.clone());
         }
-        let _ = self.cluster.refresh().await;
-        self.cluster.topology().master_of(slot).cloned()
+        let _ = cluster.refresh().await;
+        cluster.topology().master_of(slot).cloned()
+    }
+
+    /// Every master (the one upstream in a single session).
+    fn masters(&self) -> Vec<String> {
+        match &self.cluster {
+            Some(c) => c.topology().masters.clone(),
+            None => vec![ONE.to_string()],
+        }
     }
 
     /// The client's first master (opened now if need be).
@@ -724,9 +805,8 @@ impl Session {
                 return Ok(h.clone());
             }
         }
-        let t = self.cluster.topology();
-        let first = t
-            .masters
+        let first = self
+            .masters()
             .first()
             .cloned()
             .ok_or_else(|| End::UpstreamLost(Lost::upstream(Broken::NoMaster), 1))?;
@@ -740,7 +820,10 @@ impl Session {
         if self.nodes.contains_key(node) {
             return Ok(());
         }
-        let addr = self.cluster.addr_of(node);
+        let addr = match &self.cluster {
+            Some(c) => c.addr_of(node),
+            None => self.engine.upstream_addr().clone(),
+        };
         let stream = addr
             .connect(self.timeout)
             .await
@@ -750,6 +833,7 @@ impl Session {
             buf: BytesMut::new(),
             scanner: Scanner::default(),
             id: None,
+            owed: 0,
         };
         if !self.setup.is_empty() {
             let mut w = Vec::new();
@@ -805,7 +889,11 @@ impl Session {
     /// (P|S)UNSUBSCRIBE, not subscribed: Redis answers once a channel named (once with none),
     /// as arrays under RESP2 and as pushes under RESP3; an error (ACL, CROSSSLOT) answers for all.
     async fn unsubscribe(&mut self, args: Cmd) -> Result<(), End> {
-        let node = match route::target(&self.cluster, &args).await {
+        let target = match &self.cluster {
+            Some(c) => route::target(c, &args).await,
+            None => Target::Any,
+        };
+        let node = match target {
             Target::Cross => Err(CROSSSLOT),
             Target::Any => Ok(self.home().await?),
             Target::Slot(s) => self.master_of(s).await.ok_or(CLUSTERDOWN),
@@ -839,15 +927,31 @@ impl Session {
         self.frame_or(node, |_| false).await
     }
 
+    /// Read `node` until the replies owed to a MEM.* that timed out on it are in (and dropped).
+    async fn settle(&mut self, node: &str) -> Result<(), End> {
+        self.await_reply(node, |_| false, true).await.map(|_| ())
+    }
+
     /// [`Session::frame`], or the first push for which `wanted` is true (not forwarded).
-    /// Meanwhile the client's other masters are read too: pushes from any master (CLIENT
-    /// TRACKING's invalidations) go to the client as they come — at once, unless the request
-    /// being served is silenced (`quiet`: they then go with the next reply) — also while a
-    /// blocking command waits; replies that come early from another master wait in its buffer.
     async fn frame_or(
         &mut self,
         node: &str,
         wanted: impl Fn(&[u8]) -> bool,
+    ) -> Result<BytesMut, End> {
+        self.await_reply(node, wanted, false).await
+    }
+
+    /// The next reply from `node` (replies owed to a timed-out MEM.* are dropped first; with
+    /// `settle`, an empty frame once they are), or the first push for which `wanted` is true.
+    /// Meanwhile the client's other masters are read too: pushes from any master (CLIENT
+    /// TRACKING's invalidations) go to the client as they come — at once, unless the request
+    /// being served is silenced (`quiet`: they then go with the next reply) — also while a
+    /// blocking command waits; replies that come early from another master wait in its buffer.
+    async fn await_reply(
+        &mut self,
+        node: &str,
+        wanted: impl Fn(&[u8]) -> bool,
+        settle: bool,
     ) -> Result<BytesMut, End> {
         let Session {
             nodes,
@@ -874,12 +978,19 @@ impl Session {
             let mut pushed = false;
             let n = &mut nodes.0[i].1;
             loop {
+                if settle && n.owed == 0 {
+                    return Ok(BytesMut::new());
+                }
                 match n.scanner.scan(&n.buf) {
                     Ok(Some((len, push))) => {
                         let f = n.buf.split_to(len);
                         if push && !wanted(&f) {
                             out.extend_from_slice(&f);
                             pushed = true;
+                            continue;
+                        }
+                        if !push && n.owed > 0 {
+                            n.owed -= 1;
                             continue;
                         }
                         return Ok(f);
@@ -984,7 +1095,8 @@ impl Session {
                 Ok(m) => Ok(self.frame(&run.masters[*m]).await?),
                 Err(line) => Err(*line),
             };
-            let redirected = matches!(&reply, Ok(f) if redirect(f).is_some());
+            let redirected =
+                self.cluster.is_some() && matches!(&reply, Ok(f) if redirect(f).is_some());
             if redirected || !held.is_empty() {
                 held.push(reply);
                 continue;
@@ -1032,6 +1144,9 @@ impl Session {
     /// Follow `MOVED` / `ASK` for the request `raw` (as sent) until a real reply (or
     /// [`MAX_REDIRECTS`]).
     async fn follow(&mut self, raw: &[u8], mut f: BytesMut) -> Result<BytesMut, End> {
+        let Some(cluster) = self.cluster.clone() else {
+            return Ok(f);
+        };
         for _ in 0..MAX_REDIRECTS {
             let Some((ask, node)) = redirect(&f) else {
                 return Ok(f);
@@ -1040,7 +1155,7 @@ impl Session {
             if ask {
                 w.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
             } else {
-                let _ = self.cluster.refresh().await;
+                let _ = cluster.refresh().await;
             }
             w.extend_from_slice(raw);
             self.send(&node, &w).await?;
@@ -1054,8 +1169,19 @@ impl Session {
 
     /// AUTH, HELLO, SELECT, CLIENT SETNAME …: on every open connection; the home connection's
     /// reply is the client's; kept for later connections when it succeeded.
+    /// CLIENT TRACKING … BCAST first opens a connection to every master: a broadcast covers keys
+    /// the client never read, on masters it may not use yet.
     async fn state_cmd(&mut self, kind: Kind, args: Cmd) -> Result<(), End> {
         let home = self.home().await?;
+        let bcast = args.len() > 2
+            && args[0].eq_ignore_ascii_case(b"client")
+            && args[1].eq_ignore_ascii_case(b"tracking")
+            && args[2..].iter().any(|a| a.eq_ignore_ascii_case(b"bcast"));
+        if bcast {
+            for m in self.masters() {
+                self.open(&m).await?;
+            }
+        }
         let f = self.one(&home, &args).await?;
         let others: Vec<String> = self.nodes.keys().filter(|n| **n != home).cloned().collect();
         for n in others {
@@ -1072,7 +1198,7 @@ impl Session {
         Ok(())
     }
 
-    /// COMMAND …: the home master's reply with the MEM.* entries merged in, as in single mode.
+    /// COMMAND …: the home master's reply with the MEM.* entries merged in.
     async fn command(&mut self, args: Cmd) -> Result<(), End> {
         let home = self.home().await?;
         let f = self.one(&home, &args).await?;
@@ -1140,7 +1266,7 @@ impl Session {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let mut reply: Option<BytesMut> = None;
-        let masters = self.cluster.topology().masters.clone();
+        let masters = self.masters();
         for (node, there) in clients::on_masters(id) {
             if !masters.contains(&node) {
                 continue;
@@ -1192,80 +1318,14 @@ impl Session {
     /// A command inside MULTI: checked for its slot, then queued by the transaction's master,
     /// which answers it.
     async fn queue(&mut self, args: Cmd, kind: Kind) -> Result<(), End> {
-        // Refused as in single mode; the transaction goes on without them.
+        // Refused (the transaction goes on without them).
         let arg2 = args.get(2).map_or(&[][..], |a| &a[..]);
         if let Some(line) = state::refused_in_multi(kind, &args[0], arg2, self.replies.is_off()) {
             self.error(&line);
             return Ok(());
         }
-        let line = match kind {
-            // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
-            // there, as Redis does).
-            Kind::Every(Merge::Info | Merge::Random) => None,
-            Kind::Tunnel | Kind::Every(_) | Kind::Scan => Some(format!(
-                "ERR {} inside MULTI is not supported by memproxy in cluster mode",
-                String::from_utf8_lossy(&args[0]).to_uppercase()
-            )),
-            Kind::Refused(l) => Some(l.to_string()),
-            Kind::State(_) => route::tracking_refused(&args).map(str::to_string),
-            Kind::ClientId | Kind::ClientUnblock => Some(format!(
-                "ERR CLIENT {} inside MULTI is not supported by memproxy in cluster mode",
-                String::from_utf8_lossy(&args[1]).to_uppercase()
-            )),
-            _ => None,
-        };
-        if let Some(line) = line {
-            self.error(&line);
-            self.tx.as_mut().expect("in MULTI").failed = true;
+        if self.queue_in_cluster(&args, kind).await? {
             return Ok(());
-        }
-        let target = route::target(&self.cluster, &args).await;
-        let slot = match target {
-            Target::Cross => Err(CROSSSLOT),
-            Target::Slot(s) => match self.tx.as_ref().expect("in MULTI").slot {
-                Some(t) if t != s => Err(CROSSSLOT),
-                Some(_) => Ok(None),
-                None => Ok(Some(s)),
-            },
-            Target::Any => Ok(None),
-        };
-        let first_slot = match slot {
-            Err(line) => {
-                self.tx.as_mut().expect("in MULTI").failed = true;
-                self.error(line);
-                return Ok(());
-            }
-            Ok(s) => s,
-        };
-        if let Some(s) = first_slot {
-            let Some(master) = self.master_of(s).await else {
-                self.tx.as_mut().expect("in MULTI").failed = true;
-                self.error(CLUSTERDOWN);
-                return Ok(());
-            };
-            if master != self.tx.as_ref().expect("in MULTI").node {
-                if self.watched.is_some() {
-                    // WATCH is kept by the watching master: EXEC must run there.
-                    self.tx.as_mut().expect("in MULTI").failed = true;
-                    self.error(CROSSSLOT);
-                    return Ok(());
-                }
-                self.move_tx(&master).await?;
-            }
-            let tx = self.tx.as_mut().expect("in MULTI");
-            tx.slot = Some(s);
-            tx.before_slot.clear();
-        } else if self.tx.as_ref().expect("in MULTI").slot.is_none() {
-            let size: usize = args.iter().map(Vec::len).sum();
-            let tx = self.tx.as_mut().expect("in MULTI");
-            if tx.bytes + size > self.intake.limits.request_bytes {
-                // Kept until a key names the master: at most one request's worth.
-                tx.failed = true;
-                self.error("ERR the commands before the first key of a transaction are larger than max_request_bytes (memproxy keeps them until a key names the master in cluster mode)");
-                return Ok(());
-            }
-            tx.bytes += size;
-            tx.before_slot.push(args.clone());
         }
         let node = self.tx.as_ref().expect("in MULTI").node.clone();
         let f = self.one_here(&node, &args).await?;
@@ -1280,6 +1340,85 @@ impl Session {
         }
         self.out.extend_from_slice(&f);
         Ok(())
+    }
+
+    /// A command inside MULTI in cluster mode: refused (`true`, the error line given) if it
+    /// cannot run in one master's transaction, else its slot checked against the transaction's
+    /// and the transaction moved to that slot's master if need be. Nothing in a single session.
+    async fn queue_in_cluster(&mut self, args: &Cmd, kind: Kind) -> Result<bool, End> {
+        let Some(cluster) = self.cluster.clone() else {
+            return Ok(false);
+        };
+        let line = match kind {
+            // INFO and RANDOMKEY inside a transaction are the transaction master's (queued
+            // there, as Redis does).
+            Kind::Every(Merge::Info | Merge::Random) => None,
+            Kind::Tunnel | Kind::Every(_) | Kind::Scan => Some(format!(
+                "ERR {} inside MULTI is not supported by memproxy in cluster mode",
+                String::from_utf8_lossy(&args[0]).to_uppercase()
+            )),
+            Kind::Refused(l) => Some(l.to_string()),
+            Kind::State(_) => route::tracking_refused(args).map(str::to_string),
+            Kind::ClientId | Kind::ClientUnblock => Some(format!(
+                "ERR CLIENT {} inside MULTI is not supported by memproxy in cluster mode",
+                String::from_utf8_lossy(&args[1]).to_uppercase()
+            )),
+            _ => None,
+        };
+        if let Some(line) = line {
+            self.error(&line);
+            self.tx.as_mut().expect("in MULTI").failed = true;
+            return Ok(true);
+        }
+        let target = route::target(&cluster, args).await;
+        let slot = match target {
+            Target::Cross => Err(CROSSSLOT),
+            Target::Slot(s) => match self.tx.as_ref().expect("in MULTI").slot {
+                Some(t) if t != s => Err(CROSSSLOT),
+                Some(_) => Ok(None),
+                None => Ok(Some(s)),
+            },
+            Target::Any => Ok(None),
+        };
+        let first_slot = match slot {
+            Err(line) => {
+                self.tx.as_mut().expect("in MULTI").failed = true;
+                self.error(line);
+                return Ok(true);
+            }
+            Ok(s) => s,
+        };
+        if let Some(s) = first_slot {
+            let Some(master) = self.master_of(s).await else {
+                self.tx.as_mut().expect("in MULTI").failed = true;
+                self.error(CLUSTERDOWN);
+                return Ok(true);
+            };
+            if master != self.tx.as_ref().expect("in MULTI").node {
+                if self.watched.is_some() {
+                    // WATCH is kept by the watching master: EXEC must run there.
+                    self.tx.as_mut().expect("in MULTI").failed = true;
+                    self.error(CROSSSLOT);
+                    return Ok(true);
+                }
+                self.move_tx(&master).await?;
+            }
+            let tx = self.tx.as_mut().expect("in MULTI");
+            tx.slot = Some(s);
+            tx.before_slot.clear();
+        } else if self.tx.as_ref().expect("in MULTI").slot.is_none() {
+            let size: usize = args.iter().map(Vec::len).sum();
+            let tx = self.tx.as_mut().expect("in MULTI");
+            if tx.bytes + size > self.intake.limits.request_bytes {
+                // Kept until a key names the master: at most one request's worth.
+                tx.failed = true;
+                self.error("ERR the commands before the first key of a transaction are larger than max_request_bytes (memproxy keeps them until a key names the master in cluster mode)");
+                return Ok(true);
+            }
+            tx.bytes += size;
+            tx.before_slot.push(args.clone());
+        }
+        Ok(false)
     }
 
     /// Move the open transaction to `master`: DISCARD where it is, MULTI there, the commands
@@ -1311,19 +1450,9 @@ impl Session {
         };
         // EXEC and DISCARD end every WATCH.
         self.watched = None;
-        let watch_lost = std::mem::take(&mut self.watch_lost);
         if tx.failed {
             let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
             self.error("EXECABORT Transaction discarded because of previous errors.");
-            return Ok(());
-        }
-        if watch_lost {
-            // What Redis answers when a watched key was touched: the null array.
-            let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
-            self.out.extend_from_slice(match self.state.protocol {
-                Protocol::Resp3 => &b"_\r\n"[..],
-                _ => &b"*-1\r\n"[..],
-            });
             return Ok(());
         }
         let f = self.one_here(&tx.node, &args).await?;
@@ -1362,7 +1491,6 @@ impl Session {
             return Ok(());
         };
         self.watched = None;
-        self.watch_lost = false;
         let f = self.one_here(&tx.node, &args).await?;
         self.out.extend_from_slice(&f);
         Ok(())
@@ -1373,7 +1501,11 @@ impl Session {
             self.error("ERR WATCH inside MULTI is not allowed");
             return Ok(());
         }
-        let node = match route::target_of(&args[1..]) {
+        let target = match self.cluster {
+            Some(_) => route::target_of(&args[1..]),
+            None => Target::Any,
+        };
+        let node = match target {
             Target::Slot(s) => self.master_of(s).await,
             Target::Any => Some(self.home().await?),
             Target::Cross => None,
@@ -1501,7 +1633,7 @@ impl Session {
 
     /// KEYS, DBSIZE, FLUSHALL, FLUSHDB, SCRIPT LOAD|FLUSH, FUNCTION …: every master.
     async fn every(&mut self, args: Cmd, merge: Merge) -> Result<(), End> {
-        let masters = self.cluster.topology().masters.clone();
+        let masters = self.masters();
         let mut replies = Vec::with_capacity(masters.len());
         for m in &masters {
             replies.push(self.one(m, &args).await?);
@@ -1522,7 +1654,7 @@ impl Session {
 
     /// SCAN: one master after another; the cursor says which (low bits) and where in it.
     async fn scan(&mut self, mut args: Cmd) -> Result<(), End> {
-        let masters = self.cluster.topology().masters.clone();
+        let masters = self.masters();
         let cursor: Option<u64> = args
             .get(1)
             .and_then(|c| std::str::from_utf8(c).ok())
@@ -1579,7 +1711,7 @@ impl Session {
     }
 
     /// A request Redis would refuse as a protocol error: it and what follows go to the home
-    /// master, whose error the client gets (and which closes the connection), as in single mode.
+    /// master, whose error the client gets (and which closes the connection).
     async fn tunnel_invalid(&mut self) -> End {
         let node = match self.home().await {
             Ok(n) => n,
@@ -1618,6 +1750,12 @@ impl Session {
     /// again where Redis says; `TRYAGAIN` (some of its keys moved, some not yet) after a pause.
     async fn mem(&mut self, args: Cmd) -> Result<(), End> {
         let parsed = self.engine.parse(args);
+        let Some(cluster) = self.cluster.clone() else {
+            let home = self.home().await?;
+            let reply = self.mem_on(&home, parsed, false).await?;
+            reply.encode(self.state.protocol, &mut self.out);
+            return Ok(());
+        };
         let mut node = match self.engine.mem_slot(&parsed) {
             Some(s) => match self.master_of(s).await {
                 Some(n) => n,
@@ -1647,7 +1785,7 @@ impl Session {
             match redirect(format!("-{line}\r\n").as_bytes()) {
                 Some((ask, target)) => {
                     if !ask {
-                        let _ = self.cluster.refresh().await;
+                        let _ = cluster.refresh().await;
                     }
                     node = target;
                     asking = ask;
@@ -1669,10 +1807,15 @@ impl Session {
     ) -> Result<Reply, End> {
         let node = node.to_string();
         self.open(&node).await?;
+        if self.nodes.get_mut(&node).is_some_and(|n| n.owed > 0) {
+            self.settle(&node).await?;
+        }
         let n = self.nodes.remove(&node).expect("opened");
         let id = n.id;
-        let mut link = Link::new(n.stream, n.buf, ReplyMode::On, self.timeout);
-        link.node = Some(node.clone());
+        let mut link = Link::new(n.stream, n.buf, self.timeout);
+        if self.cluster.is_some() {
+            link.node = Some(node.clone());
+        }
         link.asking = asking;
         let reply = self
             .engine
@@ -1681,25 +1824,29 @@ impl Session {
         if !link.pushes.is_empty() {
             self.out.extend_from_slice(&link.pushes);
         }
-        if link.broken.is_none() && link.owed == 0 {
-            if let Some(trusted) = link.vouches() {
-                self.state.trusted = trusted;
+        if let Some(lost) = link.broken.take() {
+            // As when a plain request's connection breaks: this verb's answer (the
+            // connection's error), then every request behind it gets the error, and the
+            // client is closed.
+            if !self.quiet {
+                reply.encode(self.state.protocol, &mut self.out);
             }
-            self.nodes.insert(
-                node,
-                Node {
-                    stream: link.stream,
-                    buf: link.buf,
-                    scanner: Scanner::default(),
-                    id,
-                },
-            );
-        } else {
-            self.watch_lost |= self.watched.as_deref() == Some(node.as_str());
-            if self.home.as_deref() == Some(node.as_str()) {
-                self.home = None;
-            }
+            self.answered += 1;
+            return Err(End::UpstreamLost(lost, 1));
         }
+        if let Some(trusted) = link.vouches() {
+            self.state.trusted = trusted;
+        }
+        self.nodes.insert(
+            node,
+            Node {
+                stream: link.stream,
+                buf: link.buf,
+                scanner: Scanner::default(),
+                id,
+                owed: link.owed,
+            },
+        );
         Ok(reply)
     }
 }
