@@ -511,13 +511,34 @@ impl Session {
         self.flush().await
     }
 
+    /// Write what is waiting for the client, reading the client meanwhile (within its bounds,
+    /// and not once memproxy shuts down): a client that writes a whole pipeline before it reads
+    /// is never left waiting on the proxy while the proxy waits on it.
     async fn flush(&mut self) -> Result<(), End> {
-        if !self.out.is_empty() {
-            self.wr
-                .write_all(&self.out)
-                .await
-                .map_err(|_| End::ClientGone)?;
-            self.out.clear();
+        let Session {
+            rd,
+            wr,
+            cbuf,
+            out,
+            intake,
+            shutdown,
+            ..
+        } = self;
+        while !out.is_empty() {
+            let room = !*shutdown.borrow()
+                && cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
+            tokio::select! {
+                biased;
+                w = wr.write(out) => match w {
+                    Ok(0) | Err(_) => return Err(End::ClientGone),
+                    Ok(n) => out.advance(n),
+                },
+                r = rd.read_buf(cbuf), if room => {
+                    if matches!(r, Ok(0) | Err(_)) {
+                        return Err(End::ClientGone);
+                    }
+                }
+            }
         }
         Ok(())
     }
