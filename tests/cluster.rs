@@ -1737,6 +1737,20 @@ fn a_timed_out_mem_command_keeps_its_watch() {
 }
 
 #[test]
+fn exec_during_a_busy_script_answers_as_redis() {
+    let cluster = ClusterNodes::start(1);
+    let proxy = Proxy::start(&cluster.nodes[0].url(), |_| {});
+    let addr = format!("127.0.0.1:{}", cluster.nodes[0].port)
+        .parse()
+        .unwrap();
+    common::exec_during_a_busy_script_answers_as_redis(
+        &proxy,
+        &mut direct(&cluster.nodes[0]),
+        addr,
+    );
+}
+
+#[test]
 fn client_reply_is_checked_by_redis() {
     let s = setup();
     common::client_reply_is_checked_by_redis(&s.proxy, |args| on_every_master(s, args));

@@ -274,6 +274,14 @@ fn a_timed_out_mem_command_keeps_its_watch() {
 }
 
 #[test]
+fn exec_during_a_busy_script_answers_as_redis() {
+    let redis = Redis::start(&[]);
+    let proxy = Proxy::start(&redis.url(), |_| {});
+    let addr = format!("127.0.0.1:{}", redis.port).parse().unwrap();
+    common::exec_during_a_busy_script_answers_as_redis(&proxy, &mut direct(&redis), addr);
+}
+
+#[test]
 fn client_reply_is_checked_by_redis() {
     let s = shared();
     common::client_reply_is_checked_by_redis(&s.proxy, |args| {

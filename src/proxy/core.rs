@@ -197,7 +197,9 @@ struct Tx {
     before_slot: Vec<Cmd>,
     /// The slot of the first queued command with keys.
     slot: Option<u16>,
-    /// A command was refused or failed while queueing: EXEC answers EXECABORT.
+    /// memproxy refused a command while queueing (Redis never saw it): EXEC is answered
+    /// EXECABORT by memproxy, after a DISCARD. A command Redis refused flags Redis's own
+    /// transaction, and EXEC gets Redis's answer in its words (`EXECABORT … BUSY …` included).
     failed: bool,
     /// Bytes of `before_slot` (bounded by `max_request_bytes`).
     bytes: usize,
@@ -515,18 +517,15 @@ impl Session {
     /// and not once memproxy shuts down): a client that writes a whole pipeline before it reads
     /// is never left waiting on the proxy while the proxy waits on it.
     async fn flush(&mut self) -> Result<(), End> {
+        let bound = match *self.shutdown.borrow() {
+            true => 0,
+            false => self.intake.limits.buffer + self.intake.limits.request_bytes,
+        };
         let Session {
-            rd,
-            wr,
-            cbuf,
-            out,
-            intake,
-            shutdown,
-            ..
+            rd, wr, cbuf, out, ..
         } = self;
         while !out.is_empty() {
-            let room = !*shutdown.borrow()
-                && cbuf.len() < intake.limits.buffer + intake.limits.request_bytes;
+            let room = cbuf.len() < bound;
             tokio::select! {
                 biased;
                 w = wr.write(out) => match w {
@@ -1351,9 +1350,7 @@ impl Session {
         let node = self.tx.as_ref().expect("in MULTI").node.clone();
         let f = self.one_here(&node, &args).await?;
         let tx = self.tx.as_mut().expect("in MULTI");
-        if f.first() == Some(&b'-') {
-            tx.failed = true;
-        } else {
+        if f.first() != Some(&b'-') {
             if let Kind::State(_) = kind {
                 tx.states.push((tx.queued, kind, args));
             }
@@ -1462,15 +1459,23 @@ impl Session {
         Ok(())
     }
 
-    async fn exec(&mut self, args: Cmd) -> Result<(), End> {
+    /// EXEC or DISCARD: the open transaction, taken (every WATCH ends with it); without one the
+    /// request goes to the client's first master as it is, and Redis answers it (`None`).
+    async fn close_tx(&mut self, args: &Cmd) -> Result<Option<Tx>, End> {
         let Some(tx) = self.tx.take() else {
             let home = self.home().await?;
-            let f = self.one(&home, &args).await?;
+            let f = self.one(&home, args).await?;
             self.out.extend_from_slice(&f);
+            return Ok(None);
+        };
+        self.watched = None;
+        Ok(Some(tx))
+    }
+
+    async fn exec(&mut self, args: Cmd) -> Result<(), End> {
+        let Some(tx) = self.close_tx(&args).await? else {
             return Ok(());
         };
-        // EXEC and DISCARD end every WATCH.
-        self.watched = None;
         if tx.failed {
             let _ = self.one_here(&tx.node, &[b"DISCARD".to_vec()]).await?;
             self.error("EXECABORT Transaction discarded because of previous errors.");
@@ -1505,13 +1510,9 @@ impl Session {
     }
 
     async fn discard(&mut self, args: Cmd) -> Result<(), End> {
-        let Some(tx) = self.tx.take() else {
-            let home = self.home().await?;
-            let f = self.one(&home, &args).await?;
-            self.out.extend_from_slice(&f);
+        let Some(tx) = self.close_tx(&args).await? else {
             return Ok(());
         };
-        self.watched = None;
         let f = self.one_here(&tx.node, &args).await?;
         self.out.extend_from_slice(&f);
         Ok(())

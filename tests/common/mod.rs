@@ -1995,6 +1995,40 @@ pub fn a_timed_out_mem_command_keeps_its_watch(
     assert!(!items(&hits).is_empty());
 }
 
+/// A command queued while Redis runs a busy script is refused (BUSY), and so is EXEC: the client
+/// gets Redis's own `EXECABORT … BUSY …` (memproxy once answered a generic EXECABORT of its own
+/// after a refused command); the transaction is gone afterwards. `redis`: a connection straight to the Redis that holds `key`
+/// (its `busy-reply-threshold` is set to 10 ms); `redis_addr` its address, for the script.
+pub fn exec_during_a_busy_script_answers_as_redis(
+    proxy: &Proxy,
+    redis: &mut redis::Connection,
+    redis_addr: SocketAddr,
+) {
+    let key = unique("busy");
+    q(redis, &["CONFIG", "SET", "busy-reply-threshold", "10"]);
+    let mut c = proxy.raw();
+    c.cmd(&[b"MULTI"]);
+    assert_eq!(c.read_str(), "+OK\r\n");
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    assert_eq!(c.read_str(), "+QUEUED\r\n");
+    let mut busy = TcpStream::connect(redis_addr).unwrap();
+    busy.write_all(&encode(&[b"EVAL", b"while true do end", b"0"]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Refused while queueing: Redis flags its transaction, and EXEC gets Redis's reason.
+    c.cmd(&[b"INCR", key.as_bytes()]);
+    assert!(c.read_str().starts_with("-BUSY"));
+    c.cmd(&[b"EXEC"]);
+    let r = c.read_str();
+    assert!(r.starts_with("-EXECABORT") && r.contains("BUSY"), "{r}");
+    q(redis, &["SCRIPT", "KILL"]);
+    q(redis, &["CONFIG", "SET", "busy-reply-threshold", "5000"]);
+    c.cmd(&[b"PING", b"asdf"]);
+    assert_eq!(c.read_str(), "$4\r\nasdf\r\n", "the transaction is gone");
+    let v = q(redis, &["EXISTS", &key]);
+    assert_eq!(v, redis::Value::Int(0), "nothing of it ran");
+}
+
 pub fn tracking_invalidations_reach_an_idle_client(proxy: &Proxy) {
     let keys: Vec<String> = (0..8).map(|i| unique(&format!("tracked{i}"))).collect();
     let mut a = proxy.raw();
