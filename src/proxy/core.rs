@@ -1164,6 +1164,9 @@ impl Session {
     /// Follow `MOVED` / `ASK` for the request `raw` (as sent) until a real reply (or
     /// [`MAX_REDIRECTS`]).
     async fn follow(&mut self, raw: &[u8], mut f: BytesMut) -> Result<BytesMut, End> {
+        if redirect(&f).is_none() {
+            return Ok(f);
+        }
         let Some(cluster) = self.cluster.clone() else {
             return Ok(f);
         };
