@@ -41,7 +41,7 @@ pub struct Lost {
 }
 
 impl Lost {
-    /// The single session's upstream.
+    /// The one upstream (a Redis, or a Sentinel's primary).
     pub fn upstream(broken: Broken) -> Lost {
         Lost { node: None, broken }
     }
