@@ -2022,7 +2022,15 @@ pub fn exec_during_a_busy_script_answers_as_redis(
     let r = c.read_str();
     assert!(r.starts_with("-EXECABORT") && r.contains("BUSY"), "{r}");
     q(redis, &["SCRIPT", "KILL"]);
-    q(redis, &["CONFIG", "SET", "busy-reply-threshold", "5000"]);
+    // The script stops at its next hook call: BUSY until then.
+    eventually("the script is killed", || {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("busy-reply-threshold")
+            .arg("5000")
+            .query::<()>(redis)
+            .is_ok()
+    });
     c.cmd(&[b"PING", b"asdf"]);
     assert_eq!(c.read_str(), "$4\r\nasdf\r\n", "the transaction is gone");
     let v = q(redis, &["EXISTS", &key]);
