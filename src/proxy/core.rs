@@ -73,6 +73,19 @@ struct Node {
     owed: usize,
 }
 
+impl Node {
+    /// A connection as opened (or handed back by a MEM.* that left `owed` replies behind).
+    fn new(stream: Stream, buf: BytesMut, id: Option<i64>, owed: usize) -> Node {
+        Node {
+            stream,
+            buf,
+            scanner: Scanner::default(),
+            id,
+            owed,
+        }
+    }
+}
+
 /// The client's connections, by master (a handful: looked up by name, in order).
 #[derive(Default)]
 struct Nodes(Vec<(String, Node)>);
@@ -179,11 +192,15 @@ const READ_ROOM: usize = 16 * 1024;
 /// A master broke while a request awaited it: the session ends. The count of requests owed the
 /// error (1 here) is set by [`Session::run`], which knows how much of the batch was answered.
 fn lost(node: &str, broken: Broken) -> End {
-    let lost = match node {
+    End::UpstreamLost(lost_at(node, broken), 1)
+}
+
+/// Why the connection to `node` broke: a master's, or the one upstream's ([`ONE`]).
+fn lost_at(node: &str, broken: Broken) -> Lost {
+    match node {
         ONE => Lost::upstream(broken),
         _ => Lost::at(node, broken),
-    };
-    End::UpstreamLost(lost, 1)
+    }
 }
 
 /// A MULTI, open on one master as the client sends it: Redis queues every command itself and
@@ -267,16 +284,9 @@ pub async fn serve(
             .connect(Duration::from_millis(cfg.op_timeout_ms))
             .await
         {
-            Ok(stream) => nodes.insert(
-                ONE.to_string(),
-                Node {
-                    stream,
-                    buf: BytesMut::new(),
-                    scanner: Scanner::default(),
-                    id: None,
-                    owed: 0,
-                },
-            ),
+            Ok(stream) => {
+                nodes.insert(ONE.to_string(), Node::new(stream, BytesMut::new(), None, 0))
+            }
             Err(reason) => {
                 let reason = reason.to_string().replace(['\r', '\n'], " ");
                 let line = format!("-ERR upstream unavailable: {reason}\r\n");
@@ -474,10 +484,10 @@ impl Session {
     /// closed the idle connection) ends the session.
     async fn idle_read(&mut self, node: &str, read: std::io::Result<usize>) -> Result<(), End> {
         match read {
-            Ok(0) => return Err(End::UpstreamLost(Lost::at(node, Broken::Closed), 0)),
+            Ok(0) => return Err(End::UpstreamLost(lost_at(node, Broken::Closed), 0)),
             Err(e) => {
                 return Err(End::UpstreamLost(
-                    Lost::at(node, Broken::Read(e.to_string())),
+                    lost_at(node, Broken::Read(e.to_string())),
                     0,
                 ))
             }
@@ -496,15 +506,12 @@ impl Session {
                 }
                 Ok(Some(_)) => {
                     let why = "a reply to no request".to_string();
-                    return Err(End::UpstreamLost(
-                        Lost::at(node, Broken::Unreadable(why)),
-                        0,
-                    ));
+                    return Err(End::UpstreamLost(lost_at(node, Broken::Unreadable(why)), 0));
                 }
                 Ok(None) => break,
                 Err(e) => {
                     return Err(End::UpstreamLost(
-                        Lost::at(node, Broken::Unreadable(e.to_string())),
+                        lost_at(node, Broken::Unreadable(e.to_string())),
                         0,
                     ))
                 }
@@ -848,13 +855,7 @@ impl Session {
             .connect(self.timeout)
             .await
             .map_err(|e| lost(node, Broken::Unavailable(e.to_string())))?;
-        let mut n = Node {
-            stream,
-            buf: BytesMut::new(),
-            scanner: Scanner::default(),
-            id: None,
-            owed: 0,
-        };
+        let mut n = Node::new(stream, BytesMut::new(), None, 0);
         if !self.setup.is_empty() {
             let mut w = Vec::new();
             for c in &self.setup {
@@ -1196,11 +1197,7 @@ impl Session {
     /// the client never read, on masters it may not use yet.
     async fn state_cmd(&mut self, kind: Kind, args: Cmd) -> Result<(), End> {
         let home = self.home().await?;
-        let bcast = args.len() > 2
-            && args[0].eq_ignore_ascii_case(b"client")
-            && args[1].eq_ignore_ascii_case(b"tracking")
-            && args[2..].iter().any(|a| a.eq_ignore_ascii_case(b"bcast"));
-        if bcast {
+        if route::tracking_option(&args, "bcast") {
             for m in self.masters() {
                 self.open(&m).await?;
             }
@@ -1862,16 +1859,8 @@ impl Session {
         if let Some(trusted) = link.vouches() {
             self.state.trusted = trusted;
         }
-        self.nodes.insert(
-            node,
-            Node {
-                stream: link.stream,
-                buf: link.buf,
-                scanner: Scanner::default(),
-                id,
-                owed: link.owed,
-            },
-        );
+        self.nodes
+            .insert(node, Node::new(link.stream, link.buf, id, link.owed));
         Ok(reply)
     }
 }

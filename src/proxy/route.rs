@@ -59,14 +59,18 @@ pub enum Kind {
 /// client id (memproxy's own is no master's), and OPTIN / OPTOUT take effect through CLIENT
 /// CACHING on whichever master the next command reaches. The error line, in cluster mode.
 pub fn tracking_refused<A: AsRef<[u8]>>(args: &[A]) -> Option<&'static str> {
-    let tracking =
-        args.len() > 1 && eq(args[0].as_ref(), "client") && eq(args[1].as_ref(), "tracking");
-    (tracking
-        && args[2..].iter().any(|a| {
-            let a = a.as_ref();
-            eq(a, "redirect") || eq(a, "optin") || eq(a, "optout")
-        }))
-    .then_some("ERR CLIENT TRACKING REDIRECT, OPTIN and OPTOUT are not supported by memproxy in cluster mode (ON, BCAST, PREFIX and NOLOOP are)")
+    ["redirect", "optin", "optout"]
+        .iter()
+        .any(|o| tracking_option(args, o))
+        .then_some("ERR CLIENT TRACKING REDIRECT, OPTIN and OPTOUT are not supported by memproxy in cluster mode (ON, BCAST, PREFIX and NOLOOP are)")
+}
+
+/// `CLIENT TRACKING …` naming `option` (BCAST, REDIRECT …) among its arguments.
+pub fn tracking_option<A: AsRef<[u8]>>(args: &[A], option: &str) -> bool {
+    args.len() > 2
+        && eq(args[0].as_ref(), "client")
+        && eq(args[1].as_ref(), "tracking")
+        && args[2..].iter().any(|a| eq(a.as_ref(), option))
 }
 
 /// Which connection-state command a [`Kind::State`] is (the proxy tracks the first three).
